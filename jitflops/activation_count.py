@@ -1,0 +1,34 @@
+"""Activation counting: fvcore's ``ActivationCountAnalysis`` and ``activation_count``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Counter, DefaultDict, Optional
+
+from torch import nn
+
+from .analysis import JitModelAnalysis, per_operator_in_units
+from .handles import ACTIVATION_FORMULAS, FLOP_FORMULAS, Handle
+
+
+class ActivationCountAnalysis(JitModelAnalysis):
+    """Activations (output elements of convolutions, matrix products, attention and recurrent
+    layers) per module and per operator, by JIT trace. Every other known op counts zero."""
+
+    def __init__(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(model, inputs, kwargs)
+        self.set_op_handle(**ACTIVATION_FORMULAS.handles())
+
+    @classmethod
+    def _default_ignored_ops(cls) -> frozenset[str]:
+        return super()._default_ignored_ops() | FLOP_FORMULAS.kinds()
+
+
+def activation_count(
+    model: nn.Module,
+    inputs: Any,
+    supported_ops: Optional[dict[str, Handle]] = None,
+) -> tuple[DefaultDict[str, float], Counter[str]]:
+    """Mega-activations per operator and the unsupported ops, as ``fvcore.nn.activation_count`` returns them."""
+    analysis = ActivationCountAnalysis(model, inputs).set_op_handle(**(supported_ops or {}))
+    return per_operator_in_units(analysis, 1e6)

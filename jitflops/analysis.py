@@ -1,0 +1,337 @@
+"""The counting engine: trace once, run handles over the op records, aggregate per module.
+
+:class:`JitModelAnalysis` has fvcore's API and semantics (lazy, cached results; chainable
+settings; owner/caller ancestor modes). Data flows one way: the scoped trace is taken once and
+kept; records are read from its nodes; handles turn records into counts per scope; counts are
+then summed up the module hierarchy once per distinct scope, not once per op.
+"""
+
+from __future__ import annotations
+
+import logging
+import typing
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from numbers import Number
+from typing import Any, Optional, TypeVar
+
+from torch import nn
+
+from .errors import HandleError, JitflopsError
+from .handles import ELEMENTWISE_FLOP_FORMULAS, ZERO_COST_OPS, Handle, ShapeFormula
+from .handles.registry import as_counter
+from .model_io import ModelCall
+from .records import JitOpRecord
+from .scoped_trace import TRACER_WARNING_MODES, ScopedTrace, trace_with_scopes
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T", bound="JitModelAnalysis")
+
+ANCESTOR_MODES = ("owner", "caller")
+
+_CONTAINER_FORWARDS = tuple(cls.forward for cls in (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity))
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """Results of one analysis: counts and unsupported ops per canonical module name."""
+
+    counts: dict[str, typing.Counter[str]]
+    unsupported_ops: dict[str, typing.Counter[str]]
+    uncalled_mods: frozenset[str]
+
+
+def module_aliases(model: nn.Module) -> dict[Any, str]:
+    """Map every module, and every name it is reachable by, to its canonical (first) name."""
+    aliases: dict[Any, str] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        aliases.setdefault(module, name)
+        aliases[name] = aliases[module]
+    return aliases
+
+
+def _ownership_ancestors(name: str) -> list[str]:
+    parts = name.split(".") if name else []
+    return [""] + [".".join(parts[: k + 1]) for k in range(len(parts))]
+
+
+def _validated(kind: str, scope: str, result: Any) -> typing.Counter[str]:
+    def is_count(value: Any) -> bool:
+        return isinstance(value, Number) and not isinstance(value, bool)
+
+    if isinstance(result, Mapping):
+        bad = {key: value for key, value in result.items() if not is_count(value)}
+        if bad:
+            raise HandleError(kind, scope, f"returned non-numeric counts {bad!r}")
+        return Counter(result)
+    raise HandleError(kind, scope, f"returned {type(result).__name__} {result!r}, expected a number or a Counter")
+
+
+class JitModelAnalysis:
+    """Per-module, per-operator statistics of a model, from its scoped JIT trace.
+
+    An operator belongs to a module if it ran inside that module's ``__call__`` (not an explicit
+    ``module.forward(...)`` or another method: those ops go to the caller). Results are computed on
+    first request and cached; changing handles recomputes them from the cached trace.
+    """
+
+    def __init__(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None) -> None:
+        """
+        Args:
+            model: the model to analyse. It is traced, never modified.
+            inputs: the positional arguments: a tensor, a tuple of arguments (any nesting of
+                tensors, lists, dicts and non-tensor values), or a mapping used as keyword arguments.
+            kwargs: keyword arguments for the forward call.
+        """
+        self._model = model
+        self._inputs = inputs
+        self._kwargs = kwargs
+        self._call = ModelCall.from_user(inputs, kwargs)
+        self._named_modules: dict[str, nn.Module] = dict(model.named_modules(remove_duplicate=False))
+        self._aliases = module_aliases(model)
+        self._op_handles: dict[str, Handle] = {}
+        self._ignored_ops: set[str] = set(self._default_ignored_ops())
+        self._trace: Optional[ScopedTrace] = None
+        self._stats: Optional[Statistics] = None
+        self._warnings_emitted = False
+        self.unsupported_ops_warnings(True)
+        self.uncalled_modules_warnings(True)
+        self.tracer_warnings("no_tracer_warning")
+        self.ancestor_mode("owner")
+
+    @classmethod
+    def _default_ignored_ops(cls) -> frozenset[str]:
+        """Ops known to cost nothing under the default convention: data movement and elementwise work."""
+        return ZERO_COST_OPS | ELEMENTWISE_FLOP_FORMULAS.kinds()
+
+    # ----------------------------------------------------------------- results
+
+    def total(self, module_name: str = "") -> int:
+        """The statistic summed over all operators of ``module_name`` (default: the whole model)."""
+        return sum(self._results().counts[self.canonical_module_name(module_name)].values())
+
+    def by_operator(self, module_name: str = "") -> typing.Counter[str]:
+        """The statistic of ``module_name`` per operator."""
+        return Counter(self._results().counts[self.canonical_module_name(module_name)])
+
+    def by_module_and_operator(self) -> dict[str, typing.Counter[str]]:
+        """The statistic per module (canonical names), then per operator."""
+        return {name: Counter(ops) for name, ops in self._results().counts.items()}
+
+    def by_module(self, emit_warnings: bool = True) -> typing.Counter[str]:
+        """The statistic per module, summed over operators.
+
+        ``emit_warnings=False`` is for printers: it leaves the unsupported-op and uncalled-module
+        warnings to the next call that asks for them.
+        """
+        return Counter({name: sum(ops.values()) for name, ops in self._results(emit_warnings).counts.items()})
+
+    def unsupported_ops(self, module_name: str = "") -> typing.Counter[str]:
+        """Ops met in ``module_name`` that have no handle and are not known to cost nothing."""
+        return Counter(self._results().unsupported_ops[self.canonical_module_name(module_name)])
+
+    def uncalled_modules(self, emit_warnings: bool = True) -> set[str]:
+        """Submodules whose ``__call__`` never ran: unused, or run via ``.forward()`` or another method."""
+        return set(self._results(emit_warnings).uncalled_mods)
+
+    # ---------------------------------------------------------------- settings
+
+    def set_op_handle(self: T, *args: Any, **kwargs: Optional[Handle]) -> T:
+        """Set handles: ``set_op_handle("aten::foo", handle, "aten::bar", None, **more)``.
+
+        A ``None`` handle ignores the op (counted as zero, never unsupported). A handle is a
+        :class:`~jitflops.handles.ShapeFormula` or an fvcore-style callable taking the op's JIT
+        input and output values and returning a number or a Counter.
+        """
+        if len(args) % 2 != 0:
+            raise TypeError("set_op_handle should be called with pairs of names and handles!")
+        self._stats = None
+        pairs = list(zip(args[::2], args[1::2])) + list(kwargs.items())
+        for name, handle in pairs:
+            if handle is None:
+                self._ignored_ops.add(name)
+                self._op_handles.pop(name, None)
+            elif callable(handle):
+                self._op_handles[name] = handle
+                self._ignored_ops.discard(name)
+            else:
+                raise TypeError(f"handle for {name} must be callable or None, got {type(handle).__name__}")
+        return self
+
+    def clear_op_handles(self: T) -> T:
+        """Remove every handle, and forget ops ignored with ``set_op_handle(name, None)``."""
+        self._op_handles = {}
+        self._ignored_ops = set(self._default_ignored_ops())
+        self._stats = None
+        return self
+
+    def canonical_module_name(self, name: str) -> str:
+        """The name results use for the module called ``name`` (shared modules have several names)."""
+        if not isinstance(name, str):
+            raise TypeError(f"Module name must be a string, got {type(name).__name__}.")
+        try:
+            return self._aliases[name]
+        except KeyError:
+            raise KeyError(f"Requested module name {name!r} is not among the descendants of the analyzed model.") from None
+
+    def copy(self: T, new_model: Optional[nn.Module] = None, new_inputs: Any = None) -> T:
+        """A new analysis with every setting of this one, on a new model and/or new inputs."""
+        model = self._model if new_model is None else new_model
+        inputs, kwargs = (self._inputs, self._kwargs) if new_inputs is None else (new_inputs, None)
+        other = self._new_like(model, inputs, kwargs)
+        other._op_handles = dict(self._op_handles)
+        other._ignored_ops = set(self._ignored_ops)
+        return (
+            other.unsupported_ops_warnings(self._enable_warn_unsupported_ops)
+            .uncalled_modules_warnings(self._enable_warn_uncalled_mods)
+            .tracer_warnings(self._warn_trace)
+            .ancestor_mode(self._ancestor_mode)
+        )
+
+    def _new_like(self: T, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> T:
+        """A fresh analysis of this class; subclasses with extra constructor settings override it."""
+        return type(self)(model, inputs, kwargs)
+
+    def tracer_warnings(self: T, mode: str) -> T:
+        """Which warnings to show while tracing: ``"all"``, ``"no_tracer_warning"`` (default) or ``"none"``."""
+        if mode not in TRACER_WARNING_MODES:
+            raise ValueError(f"Unrecognized tracer warning mode {mode}.")
+        self._warn_trace = mode
+        return self
+
+    def ancestor_mode(self: T, mode: str) -> T:
+        """How an op's modules are found: ``"owner"`` (default) or ``"caller"``.
+
+        * ``"owner"``: the innermost running module and its parents by ownership (name prefixes).
+        * ``"caller"``: every module whose ``forward`` was running when the op ran.
+        """
+        if mode not in ANCESTOR_MODES:
+            raise ValueError(f"Unrecognized ancestor mode: {mode}")
+        if getattr(self, "_ancestor_mode", mode) != mode:
+            self._stats = None
+        self._ancestor_mode = mode
+        return self
+
+    def unsupported_ops_warnings(self: T, enabled: bool) -> T:
+        """Whether to log ops that have no handle. :meth:`unsupported_ops` lists them either way."""
+        self._enable_warn_unsupported_ops = enabled
+        return self
+
+    def uncalled_modules_warnings(self: T, enabled: bool) -> T:
+        """Whether to log submodules that were never called. :meth:`uncalled_modules` lists them either way."""
+        self._enable_warn_uncalled_mods = enabled
+        return self
+
+    # ------------------------------------------------------------------ engine
+
+    def scoped_trace(self) -> ScopedTrace:
+        """The model's scoped trace, taken on first use and kept."""
+        if self._trace is None:
+            self._trace = trace_with_scopes(self._model, self._call, self._aliases, self._warn_trace)
+        return self._trace
+
+    def _results(self, emit_warnings: bool = True) -> Statistics:
+        if self._stats is None:
+            self._stats = self._analyze()
+            self._warnings_emitted = False
+        if emit_warnings and not self._warnings_emitted:
+            self._warnings_emitted = True
+            self._warn_unsupported_ops(self._stats.unsupported_ops.get("", Counter()))
+            self._warn_uncalled_mods(self._stats.uncalled_mods)
+        return self._stats
+
+    def _analyze(self) -> Statistics:
+        trace = self.scoped_trace()
+        scope_counts, scope_unsupported = self._count_per_scope(trace)
+        counts = {name: Counter() for name in self._aliases.values()}
+        unsupported = {name: Counter() for name in self._aliases.values()}
+        for per_scope, per_module in ((scope_counts, counts), (scope_unsupported, unsupported)):
+            for scope, ops in per_scope.items():
+                for name in self._scope_ancestors(scope):
+                    per_module.setdefault(name, Counter()).update(ops)
+        seen = set(trace.called_modules)
+        if self._ancestor_mode == "owner":
+            seen.update(ancestor for name in trace.called_modules for ancestor in _ownership_ancestors(name))
+        uncalled = frozenset(set(self._aliases.values()) - seen)
+        return Statistics(counts, unsupported, uncalled)
+
+    def _scope_ancestors(self, scope: str) -> set[str]:
+        names = scope.split("/")
+        if self._ancestor_mode == "caller":
+            return set(names)
+        return set(_ownership_ancestors(names[-1]))
+
+    def _count_per_scope(self, trace: ScopedTrace) -> tuple[dict[str, typing.Counter[str]], dict[str, typing.Counter[str]]]:
+        """Run the handles over the graph; counts keyed by each node's full scope string."""
+        handles, ignored = self._op_handles, self._ignored_ops
+        counts: dict[str, typing.Counter[str]] = {}
+        unsupported: dict[str, typing.Counter[str]] = {}
+        for node in trace.graph.nodes():
+            kind = node.kind()
+            if kind.startswith("prim::"):
+                if kind == "prim::PythonOp":
+                    kind = f"prim::PythonOp.{node.pyname()}"
+                elif kind != "prim::CallFunction":
+                    continue
+            handle = handles.get(kind)
+            if handle is None:
+                if kind not in ignored:
+                    scope = node.scopeName()
+                    unsupported.setdefault(scope, Counter())[kind] += 1
+                continue
+            scope = node.scopeName()
+            result = self._run_handle(handle, JitOpRecord(node, kind, scope.rpartition("/")[2]))
+            ops = counts.get(scope)
+            if ops is None:
+                counts[scope] = result
+            else:
+                ops.update(result)
+        return counts, unsupported
+
+    @staticmethod
+    def _run_handle(handle: Handle, record: JitOpRecord) -> typing.Counter[str]:
+        try:
+            result = handle.compute(record) if isinstance(handle, ShapeFormula) else handle(*record.jit_values())
+        except JitflopsError:
+            raise
+        except Exception as error:
+            raise HandleError(record.kind, record.scope, f"raised {type(error).__name__}: {error}") from error
+        if isinstance(result, Number) and not isinstance(result, bool):
+            return as_counter(record.kind, handle, result)
+        return _validated(record.kind, record.scope, result)
+
+    # ---------------------------------------------------------------- warnings
+
+    def _warn_unsupported_ops(self, ops: typing.Counter[str]) -> None:
+        if not self._enable_warn_unsupported_ops or not ops:
+            return
+        listing = ", ".join(f"{op} ({count} time{'s' if count > 1 else ''})" for op, count in sorted(ops.items()))
+        logger.warning("Unsupported operator(s), not counted: %s", listing)
+
+    def _warn_uncalled_mods(self, uncalled: frozenset[str]) -> None:
+        if not self._enable_warn_uncalled_mods:
+            return
+        reported = sorted(name for name in uncalled if self._has_forward(name))
+        if reported:
+            logger.warning(
+                "The following submodules of the model were never called during the trace of the graph. "
+                "They may be unused, or they were accessed by direct calls to .forward() or via other "
+                "python methods. In the latter case they will have zeros for statistics, though their "
+                "statistics will still contribute to their parent calling module.\n%s",
+                ", ".join(reported),
+            )
+
+    def _has_forward(self, name: str) -> bool:
+        module = self._named_modules.get(name)
+        return module is not None and type(module).forward not in _CONTAINER_FORWARDS
+
+
+def per_operator_in_units(analysis: JitModelAnalysis, unit: float) -> tuple[typing.DefaultDict[str, float], typing.Counter[str]]:
+    """The whole model's statistic per operator divided by ``unit``, and its unsupported ops:
+    what fvcore's functional forms ``flop_count`` and ``activation_count`` return."""
+    scaled: typing.DefaultDict[str, float] = defaultdict(float)
+    for op, value in analysis.by_operator().items():
+        scaled[op] = value / unit
+    return scaled, analysis.unsupported_ops()

@@ -1,0 +1,39 @@
+"""Errors jitflops raises. Each names the module path and, where there is one, the op at fault."""
+
+from __future__ import annotations
+
+
+class JitflopsError(RuntimeError):
+    """Base class of every error jitflops raises on bad models, inputs or handles."""
+
+
+def describe_scope(scope: str) -> str:
+    return f"module '{scope}'" if scope else "the root module"
+
+
+class OpShapeError(JitflopsError):
+    """An op's recorded arguments do not have the shape a formula needs."""
+
+    def __init__(self, kind: str, scope: str, problem: str) -> None:
+        super().__init__(f"op {kind} in {describe_scope(scope)}: {problem}")
+        self.kind = kind
+        self.scope = scope
+
+
+class TraceError(JitflopsError):
+    """The model could not be run under the tracer; names the innermost module that was running."""
+
+    def __init__(self, scope: str, module_type: str, cause: BaseException) -> None:
+        where = f"{describe_scope(scope)} ({module_type})"
+        super().__init__(f"tracing failed in {where}: {type(cause).__name__}: {cause}")
+        self.scope = scope
+        self.module_type = module_type
+
+
+class HandleError(JitflopsError):
+    """A handle raised, or returned something that is not a count."""
+
+    def __init__(self, kind: str, scope: str, problem: str) -> None:
+        super().__init__(f"handle for op {kind} in {describe_scope(scope)} {problem}")
+        self.kind = kind
+        self.scope = scope

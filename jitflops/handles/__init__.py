@@ -1,0 +1,44 @@
+"""Per-op handles, one module per op family, and the tables that collect them.
+
+Importing this package registers every formula. ``default_flop_handles()`` and
+``default_activation_handles()`` are what the analyses start from; ``known_op_kinds()`` is every op
+jitflops has a convention for, counted or not.
+"""
+
+from __future__ import annotations
+
+from . import activations, attention, convolution, einsum, elementwise, linear_algebra, normalization, recurrent, resampling
+from .registry import (
+    ACTIVATION_FORMULAS,
+    ELEMENTWISE_FLOP_FORMULAS,
+    FLOP_FORMULAS,
+    Count,
+    FormulaTable,
+    FvcoreHandle,
+    Handle,
+    ShapeFormula,
+    short_op_name,
+)
+from .shapes import get_shape
+from .zero_cost import ZERO_COST_OPS
+
+
+def known_op_kinds() -> frozenset[str]:
+    """Every op kind with a formula or on the zero-cost list."""
+    return FLOP_FORMULAS.kinds() | ELEMENTWISE_FLOP_FORMULAS.kinds() | ZERO_COST_OPS
+
+
+__all__ = [
+    "ACTIVATION_FORMULAS",
+    "ELEMENTWISE_FLOP_FORMULAS",
+    "FLOP_FORMULAS",
+    "ZERO_COST_OPS",
+    "Count",
+    "FormulaTable",
+    "FvcoreHandle",
+    "Handle",
+    "ShapeFormula",
+    "get_shape",
+    "known_op_kinds",
+    "short_op_name",
+]

@@ -1,0 +1,35 @@
+"""``scaled_dot_product_attention``: the two matrix products, for every head layout.
+
+Counted: ``query @ key^T`` (L x S x E per query head) and ``weights @ value`` (L x S x Ev per query
+head). The batch dims are the query's, so grouped-query and multi-query attention, where keys and
+values have fewer heads than queries, count the work each query head does.
+
+Not counted, as for other elementwise work: the scale, the mask, the softmax and dropout.
+
+A causal mask does **not** halve the count. What a causal mask saves depends on the kernel: the
+math and memory-efficient kernels compute the full L x S product and mask it afterwards; flash
+kernels skip whole blocks above the diagonal, which saves close to half only when L is much larger
+than the block size. The dense count is what every kernel is charged for the same shapes, matches
+``torch.utils.flop_counter``, and is what papers report for attention layers.
+"""
+
+from __future__ import annotations
+
+from ..errors import OpShapeError
+from ..records import OpRecord
+from .registry import FLOP_FORMULAS
+from .shapes import prod
+
+
+def attention_macs(query: tuple[int, ...], key: tuple[int, ...], value: tuple[int, ...]) -> int:
+    *batch, target_length, head_dim = query
+    source_length, value_dim = key[-2], value[-1]
+    return prod(batch) * target_length * source_length * (head_dim + value_dim)
+
+
+@FLOP_FORMULAS.register("aten::scaled_dot_product_attention")
+def attention_flops(op: OpRecord) -> int:
+    query, key, value = op.shape("query"), op.shape("key"), op.shape("value")
+    if len(query) < 2 or key[-1] != query[-1] or key[-2] != value[-2]:
+        raise OpShapeError(op.kind, op.scope, f"query {query}, key {key} and value {value} do not fit together")
+    return attention_macs(query, key, value)

@@ -1,0 +1,29 @@
+"""Convolutions, plain, grouped and transposed, in any number of spatial dims (fvcore's formula)."""
+
+from __future__ import annotations
+
+from ..records import OpRecord
+from .registry import FLOP_FORMULAS
+from .shapes import prod
+
+
+def conv_macs(input_shape: tuple[int, ...], weight_shape: tuple[int, ...], output_shape: tuple[int, ...], transposed: bool) -> int:
+    """Multiply-adds of a convolution; the bias is not counted.
+
+    A plain convolution does ``prod(weight)`` multiply-adds per output position (the weight holds
+    ``out x in/groups x kernel``); a transposed one scatters ``prod(weight)`` per *input* position.
+    """
+    batch = input_shape[0]
+    positions = (input_shape if transposed else output_shape)[2:]
+    return batch * prod(weight_shape) * prod(positions)
+
+
+@FLOP_FORMULAS.register("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", key="conv")
+def convolution_flops(op: OpRecord) -> int:
+    transposed = bool(op.arg("transposed")) if op.has_arg("transposed") else False
+    return conv_macs(op.shape("input"), op.shape("weight"), op.output_shape(), transposed)
+
+
+@FLOP_FORMULAS.register("aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", key="conv")
+def conv_transpose_flops(op: OpRecord) -> int:
+    return conv_macs(op.shape("input"), op.shape("weight"), op.output_shape(), transposed=True)

@@ -1,0 +1,89 @@
+"""Handles and the tables that map op kinds to them.
+
+Two kinds of handle are accepted everywhere a handle is:
+
+* a :class:`ShapeFormula`, jitflops' own: a small pure function of an
+  :class:`~jitflops.records.OpRecord`, registered with a decorator. It works with
+  every front end (the JIT trace today, the dispatch backend later).
+* any other callable is an fvcore-style handle: it receives the op's JIT
+  ``torch._C.Value`` inputs and outputs, exactly as ``fvcore`` calls it, so handles
+  written for fvcore work unchanged.
+
+A handle returns a number (counted under the op's short name, or the formula's
+``key``) or a ``Counter`` of numbers keyed by whatever names it chooses.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections import Counter
+from dataclasses import dataclass
+from numbers import Number
+from typing import Any, Callable, Optional, Union
+
+from ..records import OpRecord
+
+Count = Union[Number, typing.Counter[str]]
+FvcoreHandle = Callable[[list, list], Count]
+
+
+@dataclass(frozen=True)
+class ShapeFormula:
+    """A handle computed from an op record; ``key`` overrides the op's short name in results."""
+
+    compute: Callable[[OpRecord], Count]
+    key: Optional[str] = None
+
+    def __call__(self, op: OpRecord) -> Count:
+        return self.compute(op)
+
+
+Handle = Union[ShapeFormula, FvcoreHandle]
+
+
+class FormulaTable:
+    """A named set of shape formulas, filled by the ``register`` decorator of each op family."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self._formulas: dict[str, ShapeFormula] = {}
+
+    def register(self, *kinds: str, key: Optional[str] = None) -> Callable[[Callable[[OpRecord], Count]], Callable[[OpRecord], Count]]:
+        """Register the decorated function as the formula of every op kind in ``kinds``."""
+
+        def decorate(compute: Callable[[OpRecord], Count]) -> Callable[[OpRecord], Count]:
+            formula = ShapeFormula(compute, key)
+            for kind in kinds:
+                if kind in self._formulas:
+                    raise ValueError(f"{self.description}: {kind} registered twice")
+                self._formulas[kind] = formula
+            return compute
+
+        return decorate
+
+    def handles(self) -> dict[str, ShapeFormula]:
+        return dict(self._formulas)
+
+    def kinds(self) -> frozenset[str]:
+        return frozenset(self._formulas)
+
+
+FLOP_FORMULAS = FormulaTable("flop formulas")
+"""Ops counted by default: matrix products, convolutions, norms, attention, recurrent layers, resampling."""
+
+ELEMENTWISE_FLOP_FORMULAS = FormulaTable("elementwise flop formulas")
+"""Elementwise arithmetic, activations, reductions and softmax: known ops, counted only on request."""
+
+ACTIVATION_FORMULAS = FormulaTable("activation formulas")
+"""Ops whose outputs count as activations (fvcore's definition: the outputs of dot-product ops)."""
+
+
+def short_op_name(kind: str) -> str:
+    """``aten::batch_norm`` -> ``batch_norm``; the key a number returned by a handle is counted under."""
+    _, sep, rest = kind.partition("::")
+    return rest if sep else kind
+
+
+def as_counter(kind: str, handle: Handle, result: Any) -> typing.Counter[str]:
+    key = handle.key if isinstance(handle, ShapeFormula) and handle.key else short_op_name(kind)
+    return Counter({key: result})

@@ -1,0 +1,72 @@
+"""Pooling, upsampling and grid sampling.
+
+* Adaptive pools read every input element once: one flop per input element (fvcore's count for
+  ``adaptive_avg_pool2d``, extended to 1-D, 3-D and max).
+* Windowed pools (max and average, 1-D to 3-D) do one comparison or addition per window element:
+  output elements x kernel size.
+* Interpolation weighs the neighbours of each output element: 1 for nearest, 2 for linear,
+  4 for bilinear, 8 for trilinear and 16 for bicubic (fvcore counts 1 and 4 for its two 2-D modes).
+* ``grid_sampler`` likewise by its interpolation mode and rank (fvcore assumes bilinear: 4).
+"""
+
+from __future__ import annotations
+
+from ..records import OpRecord
+from .registry import FLOP_FORMULAS
+from .shapes import prod
+
+
+@FLOP_FORMULAS.register(
+    "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d",
+    "aten::adaptive_max_pool1d", "aten::adaptive_max_pool2d", "aten::adaptive_max_pool3d",
+)
+def adaptive_pool_flops(op: OpRecord) -> int:
+    return prod(op.operand_shape())
+
+
+_POOL_SPATIAL_DIMS = {
+    "aten::max_pool1d": 1, "aten::max_pool2d": 2, "aten::max_pool3d": 3,
+    "aten::avg_pool1d": 1, "aten::avg_pool2d": 2, "aten::avg_pool3d": 3,
+    "aten::max_pool2d_with_indices": 2, "aten::max_pool3d_with_indices": 3,
+}
+
+
+@FLOP_FORMULAS.register(*_POOL_SPATIAL_DIMS)
+def windowed_pool_flops(op: OpRecord) -> int:
+    kernel = op.arg("kernel_size")
+    if isinstance(kernel, int):
+        kernel = [kernel]
+    if len(kernel) == 1:
+        kernel = list(kernel) * _POOL_SPATIAL_DIMS[op.kind]
+    return op.output_numel() * prod(kernel)
+
+
+def _interpolation(per_output_element: int):
+    def formula(op: OpRecord) -> int:
+        return op.output_numel() * per_output_element
+
+    formula.__doc__ = f"{per_output_element} flop(s) per output element."
+    return formula
+
+
+for _kinds, _neighbours in (
+    (("aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
+      "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d"), 1),
+    (("aten::upsample_linear1d",), 2),
+    (("aten::upsample_bilinear2d", "aten::_upsample_bilinear2d_aa"), 4),
+    (("aten::upsample_trilinear3d",), 8),
+    (("aten::upsample_bicubic2d", "aten::_upsample_bicubic2d_aa"), 16),
+):
+    FLOP_FORMULAS.register(*_kinds)(_interpolation(_neighbours))
+
+_GRID_SAMPLE_NEIGHBOURS = {  # (interpolation_mode, spatial dims) -> neighbours per output element
+    (0, 2): 4, (1, 2): 1, (2, 2): 16,  # bilinear, nearest, bicubic
+    (0, 3): 8, (1, 3): 1,  # trilinear, nearest
+}
+
+
+@FLOP_FORMULAS.register("aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d")
+def grid_sample_flops(op: OpRecord) -> int:
+    spatial_dims = len(op.shape("input")) - 2
+    neighbours = _GRID_SAMPLE_NEIGHBOURS.get((op.arg("interpolation_mode"), spatial_dims), 4)
+    return op.output_numel() * neighbours

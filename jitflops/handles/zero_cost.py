@@ -1,0 +1,44 @@
+"""Ops that cost no flops under jitflops' convention.
+
+Shape and view changes, data movement and copies, indexing and gathering, tensor creation, dtype and
+device casts, sorting, dropout and embedding lookups move or select data but do no arithmetic.
+They are known ops: never reported as unsupported, always counted as zero. ``prim::`` graph
+bookkeeping (constants, list and tuple construction) is skipped by the engine without listing here.
+"""
+
+from __future__ import annotations
+
+
+def _aten(names: str) -> frozenset[str]:
+    return frozenset(f"aten::{name}" for name in names.split())
+
+
+ZERO_COST_OPS: frozenset[str] = _aten(
+    # scalars and sizes
+    "Int Float Bool ScalarImplicit size numel dim item _local_scalar_dense "
+    # views and shape changes
+    "view view_as reshape reshape_as _reshape_alias flatten unflatten squeeze squeeze_ unsqueeze unsqueeze_ "
+    "permute transpose transpose_ t t_ contiguous expand expand_as alias as_strided diagonal unfold "
+    "movedim moveaxis swapaxes swapdims view_as_real view_as_complex resolve_conj resolve_neg "
+    "pixel_shuffle pixel_unshuffle channel_shuffle broadcast_to broadcast_tensors meshgrid atleast_1d "
+    "atleast_2d atleast_3d "
+    # splitting, joining, copying
+    "narrow select slice split split_with_sizes unsafe_split chunk unsafe_chunk tensor_split unbind "
+    "stack cat concat concatenate hstack vstack repeat repeat_interleave tile roll flip fliplr flipud "
+    "clone copy_ detach detach_ lift_fresh fill_ zero_ pad constant_pad_nd reflection_pad1d reflection_pad2d "
+    "reflection_pad3d replication_pad1d replication_pad2d replication_pad3d triu tril triu_ tril_ "
+    # indexing
+    "index index_select index_put index_put_ gather scatter scatter_ masked_scatter masked_select take "
+    "nonzero embedding embedding_renorm_ one_hot "
+    # creation
+    "zeros zeros_like ones ones_like empty empty_like full full_like new_zeros new_ones new_empty new_full "
+    "new_tensor arange linspace logspace eye tensor scalar_tensor rand rand_like randn randn_like randint "
+    "randint_like randperm bernoulli bernoulli_ normal_ uniform_ "
+    # casts and devices
+    "to type_as contiguous_ requires_grad_ float double half bfloat16 int long bool cpu cuda "
+    # ordering and selection without arithmetic
+    "sort argsort topk unique unique_consecutive unique_dim searchsorted bucketize "
+    # regularisation that is an identity at inference
+    "dropout dropout_ feature_dropout feature_dropout_ alpha_dropout alpha_dropout_ "
+    "feature_alpha_dropout native_dropout"
+)

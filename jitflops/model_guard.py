@@ -1,0 +1,86 @@
+"""Give the user's model back exactly as it was, whatever happened while it was analysed.
+
+Taken before any analysis or profiling touches a model, a :class:`ModelSnapshot` remembers, for
+every submodule, its attributes, hooks, parameters, buffers (and their values), children and
+training flag; :meth:`ModelSnapshot.restore` puts all of it back. Used as a context manager it
+restores on success and on error alike.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+_MODULE_DICTS = (
+    "_parameters",
+    "_buffers",
+    "_modules",
+    "_non_persistent_buffers_set",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
+
+
+@dataclass
+class _ModuleState:
+    module: nn.Module
+    training: bool
+    attributes: frozenset[str]
+    containers: dict[str, Any]
+    buffer_values: dict[str, tuple[int, torch.Tensor]]
+
+
+def _copy_container(container: Any) -> Any:
+    return set(container) if isinstance(container, set) else dict(container)
+
+
+class ModelSnapshot:
+    """The restorable state of a model and all its submodules."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self._states = [self._take(module) for module in model.modules()]
+
+    @staticmethod
+    def _take(module: nn.Module) -> _ModuleState:
+        containers = {name: _copy_container(getattr(module, name)) for name in _MODULE_DICTS if hasattr(module, name)}
+        buffers = {
+            name: (buffer._version, buffer.detach().clone())
+            for name, buffer in module._buffers.items()
+            if buffer is not None
+        }
+        return _ModuleState(module, module.training, frozenset(vars(module)), containers, buffers)
+
+    def restore(self) -> None:
+        for state in self._states:
+            module = state.module
+            for name in set(vars(module)) - state.attributes:
+                delattr(module, name)
+            for name, saved in state.containers.items():
+                live = getattr(module, name)
+                live.clear()
+                live.update(saved)
+            module.training = state.training
+            with torch.no_grad():
+                for name, (version, value) in state.buffer_values.items():
+                    buffer = module._buffers[name]
+                    if buffer._version != version:
+                        buffer.copy_(value)
+
+
+@contextmanager
+def preserved(model: nn.Module) -> Iterator[None]:
+    """Run the body, then restore ``model`` to the state it had before, also if the body raised."""
+    snapshot = ModelSnapshot(model)
+    try:
+        yield
+    finally:
+        snapshot.restore()

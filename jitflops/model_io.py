@@ -1,0 +1,86 @@
+"""How a model's inputs and outputs cross the JIT tracer.
+
+The tracer only accepts tensors, and tuples of tensors, in and out. Users have positional and
+keyword arguments, nested dicts and lists, ``None`` and flags, and models that return
+``ModelOutput`` objects, dataclasses, caches and strings. :class:`ModelCall` keeps the user's call
+as a pytree; :class:`FlatCall` is the small module actually traced: it takes the tensor leaves,
+rebuilds the call around the non-tensor leaves, and returns the tensor leaves of the output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """The positional and keyword arguments of one forward call."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_user(cls, inputs: Any, kwargs: Mapping[str, Any] | None = None) -> "ModelCall":
+        """Interpret ``inputs`` as fvcore does, plus keyword arguments.
+
+        A tuple holds the positional arguments; a mapping (a dict, a Hugging Face
+        ``BatchEncoding``) given without ``kwargs`` is passed as keyword arguments, like
+        ``model(**batch)``; anything else (a tensor, a list) is the single positional argument.
+        To pass a dict positionally, wrap it in a tuple: ``inputs=(batch,)``.
+        """
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
+        if isinstance(inputs, Mapping) and kwargs is None:
+            return cls((), dict(inputs))
+        args = inputs if isinstance(inputs, tuple) else (inputs,)
+        return cls(tuple(args), dict(kwargs or {}))
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [leaf for leaf in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(leaf, torch.Tensor)]
+
+    def run(self, model: nn.Module) -> Any:
+        return model(*self.args, **self.kwargs)
+
+
+def tensor_leaves(value: Any) -> tuple[torch.Tensor, ...]:
+    """Every tensor inside a model output, in order; other leaves (None, strings, caches) are dropped.
+
+    Containers torch's pytree does not know (``ModelOutput`` and other mapping subclasses,
+    dataclasses) are opened too.
+    """
+    found: list[torch.Tensor] = []
+    for leaf in pytree.tree_leaves(value):
+        if isinstance(leaf, torch.Tensor):
+            found.append(leaf)
+        elif isinstance(leaf, Mapping):
+            found.extend(tensor_leaves(list(leaf.values())))
+        elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+            found.extend(tensor_leaves([getattr(leaf, f.name) for f in dataclasses.fields(leaf)]))
+    return tuple(found)
+
+
+class FlatCall(nn.Module):
+    """Calls ``model`` with a :class:`ModelCall` whose tensors are given as flat positional arguments."""
+
+    def __init__(self, model: nn.Module, call: ModelCall) -> None:
+        super().__init__()
+        self.model = model
+        self._leaves, self._spec = pytree.tree_flatten((call.args, call.kwargs))
+        self._tensor_positions = [i for i, leaf in enumerate(self._leaves) if isinstance(leaf, torch.Tensor)]
+
+    def flat_inputs(self) -> tuple[torch.Tensor, ...]:
+        return tuple(self._leaves[i] for i in self._tensor_positions)
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        leaves = list(self._leaves)
+        for position, tensor in zip(self._tensor_positions, tensors):
+            leaves[position] = tensor
+        args, kwargs = pytree.tree_unflatten(leaves, self._spec)
+        return tensor_leaves(self.model(*args, **kwargs))

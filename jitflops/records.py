@@ -1,0 +1,197 @@
+"""Op records: what a front end saw of one operator call, in a form handles can read.
+
+A record is the only thing a shape formula sees. It names the op, the module scope
+that ran it, and its arguments decoded into plain Python: tensors become
+:class:`TensorMeta` (shape and dtype), constants become their values, and lists stay
+lists. Arguments are read by their schema names (``op.arg("weight")``), never by
+position, so a formula reads like the op's documentation.
+
+The JIT front end builds :class:`JitOpRecord` lazily from a ``torch._C.Node``: the
+decoding work is only done for ops that a handle actually looks at.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .errors import OpShapeError
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Shape and dtype of a tensor argument; ``shape`` is None when the tracer did not record it."""
+
+    shape: Optional[tuple[int, ...]]
+    dtype: Optional[torch.dtype] = None
+
+    @property
+    def numel(self) -> int:
+        if self.shape is None:
+            raise ValueError("tensor shape unknown")
+        return math.prod(self.shape)
+
+
+class OpRecord:
+    """One operator call: its kind, the module scope it ran in and its decoded arguments.
+
+    Subclasses supply ``inputs`` and ``outputs`` (decoded values) and ``arg_names``
+    (the schema's argument names, or None when the op has no schema).
+    """
+
+    kind: str
+    scope: str
+
+    @property
+    def inputs(self) -> Sequence[Any]:
+        raise NotImplementedError
+
+    @property
+    def outputs(self) -> Sequence[Any]:
+        raise NotImplementedError
+
+    @property
+    def arg_names(self) -> Optional[Sequence[str]]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.kind!r}, scope={self.scope!r})"
+
+    def has_arg(self, name: str) -> bool:
+        names = self.arg_names
+        return names is not None and name in names
+
+    def arg(self, name: str) -> Any:
+        """The decoded argument called ``name`` in the op's schema."""
+        names = self.arg_names
+        if names is None or name not in names:
+            raise OpShapeError(self.kind, self.scope, f"has no argument named {name!r} (schema: {names})")
+        index = names.index(name)
+        inputs = self.inputs
+        return inputs[index] if index < len(inputs) else None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of tensor argument ``name``; raises a clear error if it is absent or unknown."""
+        return self._require_shape(self.arg(name), f"argument {name!r}")
+
+    def optional_shape(self, name: str) -> Optional[tuple[int, ...]]:
+        """Like :meth:`shape`, but None where the optional tensor argument was not given."""
+        value = self.arg(name)
+        return None if value is None else self._require_shape(value, f"argument {name!r}")
+
+    def operand_shape(self) -> tuple[int, ...]:
+        """The shape of the first argument: ``self`` or ``input`` depending on the overload."""
+        return self._require_shape(self.inputs[0] if self.inputs else None, "first argument")
+
+    def output_shape(self, index: int = 0) -> tuple[int, ...]:
+        outputs = self.outputs
+        return self._require_shape(outputs[index] if index < len(outputs) else None, f"output {index}")
+
+    def output_numel(self) -> int:
+        return math.prod(self.output_shape())
+
+    def _require_shape(self, value: Any, what: str) -> tuple[int, ...]:
+        if not isinstance(value, TensorMeta) or value.shape is None:
+            raise OpShapeError(self.kind, self.scope, f"{what} is not a tensor with a recorded shape (got {value!r})")
+        return value.shape
+
+
+@functools.lru_cache(maxsize=None)
+def _schema_arg_names(schema: str) -> Optional[tuple[str, ...]]:
+    if schema == "(no schema)":
+        return None
+    return tuple(argument.name for argument in torch._C.parse_schema(schema).arguments)
+
+
+def decode_jit_value(value: "torch._C.Value") -> Any:
+    """Turn a JIT graph value into a TensorMeta, a constant, a list of those, or None if unknown."""
+    value_type = value.type()
+    if isinstance(value_type, torch._C.TensorType):
+        sizes = value_type.sizes()
+        return TensorMeta(tuple(sizes) if sizes is not None else None, value_type.dtype())
+    producer = value.node()
+    producer_kind = producer.kind()
+    if producer_kind == "prim::ListConstruct":
+        return [decode_jit_value(item) for item in producer.inputs()]
+    if producer_kind == "prim::Constant":
+        return value.toIValue()
+    return None
+
+
+class JitOpRecord(OpRecord):
+    """A record read lazily from a node of a traced JIT graph."""
+
+    __slots__ = ("node", "kind", "scope", "_inputs", "_outputs")
+
+    def __init__(self, node: "torch._C.Node", kind: str, scope: str) -> None:
+        self.node = node
+        self.kind = kind
+        self.scope = scope
+        self._inputs: Optional[list[Any]] = None
+        self._outputs: Optional[list[Any]] = None
+
+    @property
+    def inputs(self) -> list[Any]:
+        if self._inputs is None:
+            self._inputs = [decode_jit_value(v) for v in self.node.inputs()]
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[Any]:
+        if self._outputs is None:
+            self._outputs = [decode_jit_value(v) for v in self.node.outputs()]
+        return self._outputs
+
+    @property
+    def arg_names(self) -> Optional[tuple[str, ...]]:
+        return _schema_arg_names(self.node.schema())
+
+    def jit_values(self) -> tuple[list["torch._C.Value"], list["torch._C.Value"]]:
+        """The raw JIT inputs and outputs, as fvcore-style handles expect them."""
+        return list(self.node.inputs()), list(self.node.outputs())
+
+
+class EagerOpRecord(OpRecord):
+    """A record built from values already decoded (by the dispatch front end, or in tests)."""
+
+    def __init__(
+        self,
+        kind: str,
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        arg_names: Optional[Sequence[str]] = None,
+        scope: str = "",
+    ) -> None:
+        self.kind = kind
+        self.scope = scope
+        self._inputs = list(inputs)
+        self._outputs = list(outputs)
+        self._arg_names = tuple(arg_names) if arg_names is not None else None
+
+    @property
+    def inputs(self) -> list[Any]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[Any]:
+        return self._outputs
+
+    @property
+    def arg_names(self) -> Optional[tuple[str, ...]]:
+        return self._arg_names
+
+    @classmethod
+    def from_schema(
+        cls, kind: str, inputs: Sequence[Any], outputs: Sequence[Any], scope: str = ""
+    ) -> "EagerOpRecord":
+        """A record whose argument names come from the registered schema of ``kind``
+        that takes as many arguments as given (the first such overload)."""
+        for schema in torch._C._jit_get_schemas_for_operator(kind):
+            names = [argument.name for argument in schema.arguments]
+            if "out" not in schema.overload_name and len(names) >= len(inputs):
+                return cls(kind, inputs, outputs, names, scope)
+        raise KeyError(f"no schema registered for {kind}")
