@@ -36,7 +36,7 @@ class _ModuleState:
     training: bool
     attributes: frozenset[str]
     containers: dict[str, Any]
-    buffer_values: dict[str, tuple[int, torch.Tensor]]
+    buffer_values: dict[str, torch.Tensor]
 
 
 def _copy_container(container: Any) -> Any:
@@ -52,11 +52,7 @@ class ModelSnapshot:
     @staticmethod
     def _take(module: nn.Module) -> _ModuleState:
         containers = {name: _copy_container(getattr(module, name)) for name in _MODULE_DICTS if hasattr(module, name)}
-        buffers = {
-            name: (buffer._version, buffer.detach().clone())
-            for name, buffer in module._buffers.items()
-            if buffer is not None
-        }
+        buffers = {name: buffer.detach().clone() for name, buffer in module._buffers.items() if buffer is not None}
         return _ModuleState(module, module.training, frozenset(vars(module)), containers, buffers)
 
     def restore(self) -> None:
@@ -69,11 +65,9 @@ class ModelSnapshot:
                 live.clear()
                 live.update(saved)
             module.training = state.training
-            with torch.no_grad():
-                for name, (version, value) in state.buffer_values.items():
-                    buffer = module._buffers[name]
-                    if buffer._version != version:
-                        buffer.copy_(value)
+            with torch.no_grad():  # kernels such as batch norm update buffers without bumping their version
+                for name, value in state.buffer_values.items():
+                    module._buffers[name].copy_(value)
 
 
 @contextmanager

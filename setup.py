@@ -1,0 +1,19 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+setup(
+    name="jitflops",
+    version="0.1.0",
+    description="What a PyTorch model costs: parameters, FLOPs, activations and latency, per operator and per module.",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["jitflops", "jitflops.*"]),
+    python_requires=">=3.10",
+    install_requires=["torch>=2.4", "tabulate>=0.10", "iopath>=0.1.9"],
+    extras_require={
+        "test": ["pytest>=7", "fvcore==0.1.5.post20221221", "transformers>=4.50"],
+    },
+    entry_points={"console_scripts": ["jitflops=jitflops.cli:main"]},
+    license="MIT",
+)

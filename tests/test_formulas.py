@@ -1,0 +1,269 @@
+"""Every formula against a hand-derived count, through a real trace of the op."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from jitflops import FlopCountAnalysis
+from jitflops.handles.einsum import einsum_macs
+
+from helpers import activations_of, flops_of
+
+
+# ---------------------------------------------------------------- matrix products
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ((5,), (5,), 5),  # dot
+        ((3, 5), (5,), 15),  # matrix @ vector
+        ((5,), (5, 7), 35),  # vector @ matrix
+        ((2, 3, 5), (5,), 30),  # batched matrix @ vector
+        ((5,), (4, 5, 7), 140),  # vector @ batched matrix
+        ((3, 5), (5, 7), 105),
+        ((4, 3, 5), (5, 7), 420),
+        ((3, 5), (4, 5, 7), 420),  # broadcast batch on the right: fvcore counts 105
+        ((2, 1, 3, 5), (4, 5, 7), 840),  # broadcast both sides
+    ],
+)
+def test_matmul_any_rank(a, b, expected):
+    flops = flops_of(torch.matmul, torch.randn(a), torch.randn(b))
+    assert flops.total() == expected
+    assert flops.by_operator() == {"matmul": expected}
+
+
+def test_mm_and_its_activations():
+    a, b = torch.randn(6, 4), torch.randn(4, 9)
+    assert flops_of(torch.mm, a, b).by_operator() == {"mm": 6 * 4 * 9}
+    assert activations_of(torch.mm, a, b).by_operator() == {"mm": 6 * 9}
+
+
+def test_matmul_operator_and_inplace_add_are_traced():
+    def f(x, w):
+        y = x @ w
+        y += 1
+        return y
+
+    assert flops_of(f, torch.randn(8, 16), torch.randn(16, 4)).total() == 8 * 16 * 4
+    assert flops_of(f, torch.randn(8, 16), torch.randn(16, 4), elementwise=True).by_operator() == {"matmul": 512, "add_": 32}
+
+
+def test_baddbmm_counts_the_product_only():
+    bias, a, b = torch.randn(3, 4, 6), torch.randn(3, 4, 5), torch.randn(3, 5, 6)
+    assert flops_of(torch.baddbmm, bias, a, b).by_operator() == {"baddbmm": 3 * 4 * 5 * 6}
+    assert activations_of(torch.baddbmm, bias, a, b).total() == 3 * 4 * 6
+
+
+def test_addmm_bmm_linear():
+    assert flops_of(torch.addmm, torch.randn(7), torch.randn(3, 5), torch.randn(5, 7)).total() == 105
+    assert flops_of(torch.bmm, torch.randn(2, 3, 5), torch.randn(2, 5, 7)).total() == 210
+    assert flops_of(F.linear, torch.randn(2, 3, 5), torch.randn(7, 5)).by_operator() == {"linear": 2 * 3 * 5 * 7}
+
+
+# ---------------------------------------------------------------------- einsum
+
+@pytest.mark.parametrize(
+    "equation, shapes, expected",
+    [
+        ("ij,jk->ik", [(3, 4), (4, 5)], 60),
+        ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], 120),
+        ("i,i->", [(7,)], None),  # operand count mismatch: error
+        ("i,j->ij", [(3,), (4,)], 12),  # outer product: one multiply per output; fvcore says 6
+        ("ij,ij->ij", [(3, 4), (3, 4)], 12),  # Hadamard product; fvcore says 6
+        ("ij->ji", [(3, 4)], 0),  # transpose costs nothing; fvcore says 6
+        ("ii->i", [(5, 5)], 0),  # diagonal
+        ("ii", [(5, 5)], 5),  # trace: sums the 5 diagonal elements (implicit output is empty)
+        ("ij->", [(3, 4)], 12),  # full sum
+        ("...ij,...jk->...ik", [(2, 6, 3, 4), (6, 4, 5)], 2 * 6 * 3 * 4 * 5),  # ellipsis with broadcast
+        ("ij,jk", [(3, 4), (4, 5)], 60),  # implicit output "ik"
+        ("ij,jk,kl->il", [(2, 50), (50, 3), (3, 40)], 2 * 50 * 3 + 2 * 3 * 40),  # best order
+        ("b h i d, b h j d -> b h i j", [(1, 2, 3, 4), (1, 2, 5, 4)], 120),  # spaces
+    ],
+)
+def test_einsum_equations(equation, shapes, expected):
+    if expected is None:
+        with pytest.raises(ValueError):
+            einsum_macs(equation, shapes)
+        return
+    assert einsum_macs(equation, shapes) == expected
+    tensors = [torch.randn(shape) for shape in shapes]
+    assert flops_of(lambda *ts: torch.einsum(equation, *ts), *tensors).total() == expected
+
+
+# ---------------------------------------------------------------- convolutions
+
+@pytest.mark.parametrize(
+    "conv, shape",
+    [
+        (nn.Conv1d(4, 8, 3), (2, 4, 20)),
+        (nn.Conv2d(4, 8, 3, stride=2, padding=1, groups=2), (2, 4, 16, 16)),
+        (nn.Conv3d(2, 4, (1, 3, 3)), (1, 2, 4, 8, 8)),
+        (nn.ConvTranspose2d(4, 6, 3, stride=2), (1, 4, 5, 5)),
+    ],
+)
+def test_convolution(conv, shape):
+    x = torch.randn(shape)
+    out = conv(x)
+    positions = (x.shape if isinstance(conv, nn.ConvTranspose2d) else out.shape)[2:]
+    expected = x.shape[0] * conv.weight.numel() * torch.Size(positions).numel()
+    analysis = FlopCountAnalysis(conv, x)
+    assert analysis.by_operator() == {"conv": expected}
+
+
+# ----------------------------------------------------------------- normalisation
+
+@pytest.mark.parametrize("rank", [2, 3, 4, 5, 6])
+def test_layer_and_group_norm_any_rank(rank):
+    shape = (2, 4) + (3,) * (rank - 2)
+    x = torch.randn(shape)
+    numel = x.numel()
+    assert flops_of(lambda t: F.layer_norm(t, shape[-1:], torch.ones(shape[-1]), torch.zeros(shape[-1])), x).total() == 5 * numel
+    assert flops_of(lambda t: F.layer_norm(t, shape[-1:]), x).total() == 4 * numel
+    assert flops_of(lambda t: F.group_norm(t, 2), x).total() == 4 * numel
+
+
+def test_rms_norm_with_and_without_weight():
+    x = torch.randn(2, 3, 8)
+    assert flops_of(lambda t: F.rms_norm(t, (8,), torch.ones(8)), x).by_operator() == {"rms_norm": 4 * 48}
+    assert flops_of(lambda t: F.rms_norm(t, (8,)), x).total() == 3 * 48
+
+
+def test_batch_norm_training_and_eval():
+    bn = nn.BatchNorm3d(4)
+    x = torch.randn(2, 4, 3, 3, 3)
+    assert FlopCountAnalysis(bn.train(), x).total() == 5 * x.numel()
+    assert FlopCountAnalysis(bn.eval(), x).total() == 2 * x.numel()
+
+
+def test_instance_norm_5d():
+    x = torch.randn(2, 3, 4, 4, 4)
+    assert FlopCountAnalysis(nn.InstanceNorm3d(3, affine=True), x).total() == 5 * x.numel()
+
+
+# ---------------------------------------------------------------------- attention
+
+def _sdpa_expected(batch_heads: int, length: int, source: int, head_dim: int, value_dim: int) -> int:
+    return batch_heads * length * source * (head_dim + value_dim)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_dense_and_causal_count_the_same(causal):
+    q, k, v = torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)
+    flops = flops_of(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal), q, k, v)
+    assert flops.by_operator() == {"scaled_dot_product_attention": _sdpa_expected(8, 16, 16, 8, 8)}
+
+
+def test_sdpa_with_mask_and_different_value_dim():
+    q, k, v = torch.randn(1, 2, 10, 8), torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 6)
+    mask = torch.ones(10, 12, dtype=torch.bool).tril()
+    flops = flops_of(lambda a, b, c, m: F.scaled_dot_product_attention(a, b, c, attn_mask=m), q, k, v, mask)
+    assert flops.total() == _sdpa_expected(2, 10, 12, 8, 6)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])  # multi-query and grouped-query
+def test_sdpa_grouped_and_multi_query(kv_heads):
+    q, k, v = torch.randn(1, 8, 16, 4), torch.randn(1, kv_heads, 16, 4), torch.randn(1, kv_heads, 16, 4)
+    flops = flops_of(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, enable_gqa=True), q, k, v)
+    assert flops.total() == _sdpa_expected(8, 16, 16, 4, 4)
+
+
+def test_sdpa_activations_are_the_output():
+    q = torch.randn(1, 2, 5, 4)
+    assert activations_of(F.scaled_dot_product_attention, q, q, q).total() == q.numel()
+
+
+# ---------------------------------------------------------------------- recurrent
+
+@pytest.mark.parametrize(
+    "layer, gates",
+    [(nn.LSTM(6, 5, num_layers=2, bidirectional=True), 4), (nn.GRU(6, 5, num_layers=2, bidirectional=True), 3), (nn.RNN(6, 5, num_layers=2, bidirectional=True), 1)],
+)
+def test_recurrent_layers(layer, gates):
+    steps, batch, inputs, hidden = 7, 3, 6, 5
+    per_token = gates * hidden * (inputs + hidden) * 2 + gates * hidden * (2 * hidden + hidden) * 2  # layer 1 sees both directions
+    analysis = FlopCountAnalysis(layer, torch.randn(steps, batch, inputs))
+    assert analysis.total() == steps * batch * per_token
+    assert analysis.unsupported_ops() == {}
+
+
+def test_lstm_with_projection_and_batch_first():
+    lstm = nn.LSTM(6, 8, proj_size=3, batch_first=True)
+    per_token = 4 * 8 * 6 + 4 * 8 * 3 + 3 * 8  # w_ih, w_hh (on the projected state), w_hr
+    assert FlopCountAnalysis(lstm, torch.randn(2, 5, 6)).total() == 10 * per_token
+
+
+def test_lstm_cell():
+    cell = nn.LSTMCell(6, 5)
+    assert FlopCountAnalysis(cell, torch.randn(3, 6)).total() == 3 * 4 * 5 * (6 + 5)
+
+
+# ------------------------------------------------------------- pooling, resampling
+
+@pytest.mark.parametrize(
+    "pool, shape",
+    [
+        (nn.MaxPool1d(3, stride=2), (2, 4, 21)),
+        (nn.AvgPool1d(2), (2, 4, 20)),
+        (nn.MaxPool2d(3, stride=2, padding=1), (1, 4, 16, 16)),
+        (nn.AvgPool2d((2, 3)), (1, 4, 12, 12)),
+        (nn.MaxPool3d(2), (1, 2, 8, 8, 8)),
+        (nn.AvgPool3d((1, 2, 2)), (1, 2, 4, 8, 8)),
+    ],
+)
+def test_windowed_pools(pool, shape):
+    x = torch.randn(shape)
+    kernel = pool.kernel_size if isinstance(pool.kernel_size, tuple) else (pool.kernel_size,) * (len(shape) - 2)
+    assert FlopCountAnalysis(pool, x).total() == pool(x).numel() * torch.Size(kernel).numel()
+
+
+@pytest.mark.parametrize(
+    "pool, shape",
+    [(nn.AdaptiveAvgPool1d(1), (2, 3, 8)), (nn.AdaptiveMaxPool2d(2), (2, 3, 8, 8)), (nn.AdaptiveAvgPool3d(1), (2, 3, 4, 4, 4))],
+)
+def test_adaptive_pools_read_every_input(pool, shape):
+    x = torch.randn(shape)
+    assert FlopCountAnalysis(pool, x).total() == x.numel()
+
+
+@pytest.mark.parametrize(
+    "mode, shape, per_output",
+    [("nearest", (1, 2, 6, 6), 1), ("linear", (1, 2, 6), 2), ("bilinear", (1, 2, 6, 6), 4), ("bicubic", (1, 2, 6, 6), 16), ("trilinear", (1, 2, 4, 4, 4), 8)],
+)
+def test_upsampling(mode, shape, per_output):
+    x = torch.randn(shape)
+    out = F.interpolate(x, scale_factor=2, mode=mode)
+    assert flops_of(lambda t: F.interpolate(t, scale_factor=2, mode=mode), x).total() == out.numel() * per_output
+
+
+def test_grid_sample_by_mode():
+    x, grid = torch.randn(1, 3, 8, 8), torch.rand(1, 5, 5, 2) * 2 - 1
+    assert flops_of(lambda a, g: F.grid_sample(a, g, align_corners=False), x, grid).total() == 75 * 4
+    assert flops_of(lambda a, g: F.grid_sample(a, g, mode="nearest", align_corners=False), x, grid).total() == 75
+
+
+# ---------------------------------------------------------------- shape ops, elementwise
+
+def test_shape_ops_cost_nothing_and_are_known():
+    def f(x):
+        y = x.unflatten(1, (4, 6)).permute(0, 2, 1).reshape(2, -1)
+        y = torch.cat([y, y.flip(0)], dim=1)[:, ::2].contiguous().to(torch.float64)
+        return torch.stack(list(y.unbind(0))).squeeze().unsqueeze(0).expand(3, -1, -1)
+
+    analysis = flops_of(f, torch.randn(2, 24))
+    assert analysis.total() == 0
+    assert analysis.unsupported_ops() == {}
+
+
+def test_elementwise_convention_is_off_by_default_and_counted_on_request():
+    def f(x):
+        return torch.softmax(F.gelu(x) * 2, dim=-1).sum(dim=0)
+
+    x = torch.randn(4, 10)
+    assert flops_of(f, x).total() == 0
+    assert flops_of(f, x).unsupported_ops() == {}
+    counted = flops_of(f, x, elementwise=True)
+    assert counted.by_operator() == {"gelu": 40, "mul": 40, "softmax": 120, "sum": 40}
+    assert "elementwise ops" in counted.convention() and "counted (1 flop per element)" in counted.convention()

@@ -1,0 +1,116 @@
+"""Bad input gets a clear error naming the module and op; the model always comes back unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from jitflops import ActivationCountAnalysis, FlopCountAnalysis, HandleError, TraceError, flop_count_table
+from jitflops.examples import ConvNet, LSTMTagger
+
+
+def _state(model: nn.Module) -> dict:
+    """Everything an analysis could disturb, for comparison before and after."""
+    return {
+        name: (
+            type(module),
+            module.training,
+            sorted(vars(module)),
+            {k: len(getattr(module, k)) for k in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_forward_hooks_with_kwargs")},
+            {k: (id(v), v.detach().clone()) for k, v in module._parameters.items() if v is not None},
+            {k: (id(v), v.detach().clone()) for k, v in module._buffers.items() if v is not None},
+        )
+        for name, module in model.named_modules()
+    }
+
+
+def _assert_same(before: dict, after: dict) -> None:
+    assert before.keys() == after.keys()
+    for name in before:
+        *plain_before, params_before, buffers_before = before[name]
+        *plain_after, params_after, buffers_after = after[name]
+        assert plain_before == plain_after, name
+        for old, new in ((params_before, params_after), (buffers_before, buffers_after)):
+            assert old.keys() == new.keys()
+            for key in old:
+                assert old[key][0] == new[key][0] and torch.equal(old[key][1], new[key][1]), f"{name}.{key}"
+
+
+class Broken(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ok = nn.Linear(4, 4)
+        self.inner = nn.Sequential(nn.Linear(4, 4), nn.Linear(5, 2))  # second layer gets 4 features
+
+    def forward(self, x):
+        return self.inner(self.ok(x))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_model_unchanged_after_success_in_both_modes(training):
+    model = ConvNet().train(training)
+    before = _state(model)
+    flop_count_table(FlopCountAnalysis(model, torch.randn(2, 3, 8, 8)), activations=ActivationCountAnalysis(model, torch.randn(2, 3, 8, 8)))
+    _assert_same(before, _state(model))  # batch-norm running stats included
+
+
+def test_wrong_input_shape_names_the_module_and_leaves_the_model_alone():
+    model = Broken().train()
+    before = _state(model)
+    with pytest.raises(TraceError, match=r"module 'inner\.1' \(Linear\).*mat1 and mat2 shapes cannot be multiplied") as caught:
+        FlopCountAnalysis(model, torch.randn(3, 4)).total()
+    assert caught.value.scope == "inner.1"
+    _assert_same(before, _state(model))
+
+
+def test_forward_that_raises_and_mutates_is_restored():
+    class Mutating(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.register_buffer("steps", torch.zeros(()))
+
+        def forward(self, x):
+            self.steps += 1
+            self.seen = True  # a new attribute
+            self.fc.register_forward_hook(lambda *args: None)
+            self.eval()
+            raise ValueError("boom")
+
+    model = Mutating().train()
+    before = _state(model)
+    with pytest.raises(TraceError, match="root module .*ValueError: boom"):
+        FlopCountAnalysis(model, torch.randn(2, 4)).total()
+    _assert_same(before, _state(model))
+    assert not hasattr(model, "seen") and model.training
+
+
+def test_handle_that_raises_names_op_and_module():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 2)))
+
+    def bad(inputs, outputs):
+        raise ZeroDivisionError("no")
+
+    analysis = FlopCountAnalysis(model, torch.randn(1, 4)).set_op_handle("aten::linear", bad)
+    with pytest.raises(HandleError, match=r"op aten::linear in module '0' raised ZeroDivisionError: no"):
+        analysis.total()
+
+
+@pytest.mark.parametrize("result", ["12", None, {"linear": "3"}, True, torch.tensor(3)])
+def test_handle_with_bad_return_type(result):
+    analysis = FlopCountAnalysis(nn.Linear(4, 2), torch.randn(1, 4)).set_op_handle("aten::linear", lambda i, o: result)
+    with pytest.raises(HandleError, match=r"op aten::linear in the root module returned"):
+        analysis.total()
+
+
+def test_bad_kwargs_type():
+    with pytest.raises(TypeError, match="kwargs must be a mapping"):
+        FlopCountAnalysis(nn.Linear(4, 2), torch.randn(1, 4), kwargs=[1])
+
+
+def test_lstm_model_unchanged():
+    model = LSTMTagger().train()
+    before = _state(model)
+    FlopCountAnalysis(model, torch.randint(0, 100, (2, 9))).total()
+    _assert_same(before, _state(model))
