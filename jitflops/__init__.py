@@ -6,14 +6,37 @@ from .analysis import JitModelAnalysis
 from .errors import HandleError, JitflopsError, OpShapeError, TraceError
 from .flop_count import FlopCountAnalysis, flop_count
 from .handles import Handle, ShapeFormula, get_shape
+from .deepspeed_report import format_model_profile
+from .export import profile_to_dict, write_chrome_trace, write_html, write_json, write_ops_csv
+from .hierarchy import ModuleProfile, build_hierarchy
+from .op_table import OpRow
 from .parameter_count import parameter_count, parameter_count_table
 from .printing import flop_count_str, flop_count_table
+from .profile import FlopsProfiler, ModelProfile, ProfileSummary, get_model_profile, profile_model
+from .timing import LatencyStats, TimedPass, time_model
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ActivationCountAnalysis",
     "FlopCountAnalysis",
+    "FlopsProfiler",
+    "LatencyStats",
+    "ModelProfile",
+    "ModuleProfile",
+    "OpRow",
+    "ProfileSummary",
+    "TimedPass",
+    "build_hierarchy",
+    "format_model_profile",
+    "get_model_profile",
+    "profile_model",
+    "profile_to_dict",
+    "time_model",
+    "write_chrome_trace",
+    "write_html",
+    "write_json",
+    "write_ops_csv",
     "Handle",
     "HandleError",
     "JitModelAnalysis",

@@ -35,12 +35,23 @@ _CONTAINER_FORWARDS = tuple(cls.forward for cls in (nn.ModuleList, nn.ModuleDict
 
 
 @dataclass(frozen=True)
+class OpCount:
+    """The count of one op call, in graph (execution) order: for per-op tables."""
+
+    module: str
+    kind: str
+    handle: Handle
+    count: float
+
+
+@dataclass(frozen=True)
 class Statistics:
-    """Results of one analysis: counts and unsupported ops per canonical module name."""
+    """Results of one analysis: counts and unsupported ops per canonical module name, and per op call."""
 
     counts: dict[str, typing.Counter[str]]
     unsupported_ops: dict[str, typing.Counter[str]]
     uncalled_mods: frozenset[str]
+    op_counts: tuple[OpCount, ...]
 
 
 def module_aliases(model: nn.Module) -> dict[Any, str]:
@@ -127,6 +138,10 @@ class JitModelAnalysis:
         warnings to the next call that asks for them.
         """
         return Counter({name: sum(ops.values()) for name, ops in self._results(emit_warnings).counts.items()})
+
+    def op_counts(self) -> tuple[OpCount, ...]:
+        """The count of every counted op call, in execution order, with its innermost module."""
+        return self._results(emit_warnings=False).op_counts
 
     def unsupported_ops(self, module_name: str = "") -> typing.Counter[str]:
         """Ops met in ``module_name`` that have no handle and are not known to cost nothing."""
@@ -226,6 +241,14 @@ class JitModelAnalysis:
 
     # ------------------------------------------------------------------ engine
 
+    def share_trace(self: T, other: "JitModelAnalysis") -> T:
+        """Count from ``other``'s trace instead of tracing again (both must analyse the same call)."""
+        if other._model is not self._model or not other._call.is_same_call(self._call):
+            raise ValueError("share_trace needs an analysis of the same model and inputs")
+        self._trace = other.scoped_trace()
+        self._stats = None
+        return self
+
     def scoped_trace(self) -> ScopedTrace:
         """The model's scoped trace, taken on first use and kept."""
         if self._trace is None:
@@ -244,7 +267,7 @@ class JitModelAnalysis:
 
     def _analyze(self) -> Statistics:
         trace = self.scoped_trace()
-        scope_counts, scope_unsupported = self._count_per_scope(trace)
+        scope_counts, scope_unsupported, op_counts = self._count_per_scope(trace)
         counts = {name: Counter() for name in self._aliases.values()}
         unsupported = {name: Counter() for name in self._aliases.values()}
         for per_scope, per_module in ((scope_counts, counts), (scope_unsupported, unsupported)):
@@ -255,7 +278,7 @@ class JitModelAnalysis:
         if self._ancestor_mode == "owner":
             seen.update(ancestor for name in trace.called_modules for ancestor in _ownership_ancestors(name))
         uncalled = frozenset(set(self._aliases.values()) - seen)
-        return Statistics(counts, unsupported, uncalled)
+        return Statistics(counts, unsupported, uncalled, tuple(op_counts))
 
     def _scope_ancestors(self, scope: str) -> set[str]:
         names = scope.split("/")
@@ -263,11 +286,14 @@ class JitModelAnalysis:
             return set(names)
         return set(_ownership_ancestors(names[-1]))
 
-    def _count_per_scope(self, trace: ScopedTrace) -> tuple[dict[str, typing.Counter[str]], dict[str, typing.Counter[str]]]:
+    def _count_per_scope(
+        self, trace: ScopedTrace
+    ) -> tuple[dict[str, typing.Counter[str]], dict[str, typing.Counter[str]], list[OpCount]]:
         """Run the handles over the graph; counts keyed by each node's full scope string."""
         handles, ignored = self._op_handles, self._ignored_ops
         counts: dict[str, typing.Counter[str]] = {}
         unsupported: dict[str, typing.Counter[str]] = {}
+        op_counts: list[OpCount] = []
         for node in trace.graph.nodes():
             kind = node.kind()
             if kind.startswith("prim::"):
@@ -282,13 +308,15 @@ class JitModelAnalysis:
                     unsupported.setdefault(scope, Counter())[kind] += 1
                 continue
             scope = node.scopeName()
-            result = self._run_handle(handle, JitOpRecord(node, kind, scope.rpartition("/")[2]))
+            module = scope.rpartition("/")[2]
+            result = self._run_handle(handle, JitOpRecord(node, kind, module))
+            op_counts.append(OpCount(module, kind, handle, sum(result.values())))
             ops = counts.get(scope)
             if ops is None:
                 counts[scope] = result
             else:
                 ops.update(result)
-        return counts, unsupported
+        return counts, unsupported, op_counts
 
     @staticmethod
     def _run_handle(handle: Handle, record: JitOpRecord) -> typing.Counter[str]:

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ModelCall:
     """The positional and keyword arguments of one forward call."""
 
@@ -41,6 +41,14 @@ class ModelCall:
             return cls((), dict(inputs))
         args = inputs if isinstance(inputs, tuple) else (inputs,)
         return cls(tuple(args), dict(kwargs or {}))
+
+    def is_same_call(self, other: "ModelCall") -> bool:
+        """Same structure and the very same tensors (identity, not values)."""
+        mine, my_spec = pytree.tree_flatten((self.args, self.kwargs))
+        theirs, their_spec = pytree.tree_flatten((other.args, other.kwargs))
+        if my_spec != their_spec:
+            return False
+        return all(a is b if isinstance(a, torch.Tensor) else type(a) is type(b) and a == b for a, b in zip(mine, theirs))
 
     def tensors(self) -> list[torch.Tensor]:
         return [leaf for leaf in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(leaf, torch.Tensor)]

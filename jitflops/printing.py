@@ -9,9 +9,12 @@ from torch import nn
 
 from .activation_count import ActivationCountAnalysis
 from .flop_count import FlopCountAnalysis
-from .formatting import format_size
+from .formatting import format_quantity, format_seconds, format_size
 from .parameter_count import parameter_count
 from .table import pipe_table
+from .timing import LatencyStats
+
+LATENCY_COLUMN, RATE_COLUMN = "#latency", "#FLOP/s"
 
 ModuleStats = dict[str, dict[str, str]]
 
@@ -64,6 +67,19 @@ def _analysis_columns(flops: FlopCountAnalysis, activations: Optional[Activation
     return columns
 
 
+def _add_latency(printed: ModuleStats, flops_by_module: Mapping[str, int], latency: Optional[Mapping[str, LatencyStats]]) -> list[str]:
+    """Median latency and achieved FLOP/s (2 x #flops / latency: a multiply-add is two FLOPs on the
+    hardware) beside the counts; empty where a module was not timed."""
+    if latency is None:
+        return []
+    for name, row in printed.items():
+        stats = latency.get(name)
+        row[LATENCY_COLUMN] = format_seconds(stats.median) if stats else ""
+        rate = 2 * flops_by_module.get(name, 0) / stats.median if stats and stats.median > 0 else None
+        row[RATE_COLUMN] = format_quantity(rate) if rate else ""
+    return [LATENCY_COLUMN, RATE_COLUMN]
+
+
 def _repr_with_statistics(model: nn.Module, stats: ModuleStats) -> str:
     """``str(model)`` with each module's statistics as an extra line, as fvcore prints it."""
 
@@ -89,10 +105,16 @@ def _repr_with_statistics(model: nn.Module, stats: ModuleStats) -> str:
     return render(model, "")
 
 
-def flop_count_str(flops: FlopCountAnalysis, activations: Optional[ActivationCountAnalysis] = None) -> str:
+def flop_count_str(
+    flops: FlopCountAnalysis,
+    activations: Optional[ActivationCountAnalysis] = None,
+    latency: Optional[Mapping[str, LatencyStats]] = None,
+) -> str:
     """The model's ``repr`` with ``#params`` and ``#flops`` (and ``#acts``) on every module.
 
-    Modules whose statistics are all zero are left out; modules never called show ``N/A``.
+    Modules whose statistics are all zero are left out; modules never called show ``N/A``. With
+    ``latency`` (``time_model(...).modules``), each module also shows its median latency and
+    achieved FLOP/s.
     """
     model = flops._model
     columns = {"#params": dict(parameter_count(model))}
@@ -104,6 +126,7 @@ def flop_count_str(flops: FlopCountAnalysis, activations: Optional[ActivationCou
     _mark(printed, "#flops", flops_uncalled, "N/A")
     if activations is not None:
         _mark(printed, "#acts", acts_uncalled, "N/A")
+    _add_latency(printed, columns["#flops"], latency)
     return _repr_with_statistics(model, printed)
 
 
@@ -168,11 +191,13 @@ def flop_count_table(
     activations: Optional[ActivationCountAnalysis] = None,
     show_param_shapes: bool = True,
     show_convention: bool = True,
+    latency: Optional[Mapping[str, LatencyStats]] = None,
 ) -> str:
     """Parameters and flops (and activations) per module, as a table down to ``max_depth``.
 
     With ``show_param_shapes``, parameters appear as rows with their shapes. With
-    ``show_convention``, a last line says what was counted.
+    ``show_convention``, a last line says what was counted. With ``latency``
+    (``time_model(...).modules``), two more columns: median latency and achieved FLOP/s.
     """
     params_column = "#parameters" + (" or shape" if show_param_shapes else "")
     model = flops._model
@@ -190,7 +215,9 @@ def flop_count_table(
             printed[name][params_column] = str(parameter_shapes[name])
         else:
             del printed[name]
-    table = _statistics_table(printed, max_depth, list(columns))
+    modules = {name: row for name, row in printed.items() if name not in parameter_shapes}
+    latency_columns = _add_latency(modules, columns["#flops"], latency)
+    table = _statistics_table(printed, max_depth, list(columns) + latency_columns)
     if show_convention:
         table += f"\n\nCounting convention: {flops.convention()}"
     return table

@@ -1,0 +1,157 @@
+"""The per-operator table: every op the forward ran, with its module, shapes, FLOPs, time and memory.
+
+Time, shapes and memory come from ``torch.profiler`` (CPU time on the CPU, device time on a GPU;
+the profiler's memory events, which follow the CUDA caching allocator on a GPU). Each module call
+opens a profiler range, so every top-level op knows its module. FLOPs come from the JIT analysis:
+its op counts are matched to the profiled ops, module by module and in order, by op family (the
+trace may record ``aten::_convolution`` where the eager run records ``aten::conv2d``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+import torch
+from torch import nn
+from torch.autograd.profiler import record_function
+from torch.profiler import ProfilerActivity, profile
+
+from .analysis import OpCount
+from .handles import FLOP_FORMULAS, Handle, ShapeFormula
+from .model_guard import preserved
+from .model_io import ModelCall
+from .timing import model_device
+
+MODULE_RANGE_PREFIX = "jitflops.module:"
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One executed top-level op. MACs as counted by the analysis (None: not a counted op).
+    Memory in bytes allocated just before and just after the op (allocations minus frees, all ops
+    and tensors included): relative to the start of the forward on the CPU, absolute on a GPU."""
+
+    index: int
+    module: str
+    op: str
+    input_shapes: tuple[Any, ...]
+    macs: Optional[float]
+    time_s: float
+    memory_before: int
+    memory_after: int
+
+    @property
+    def flops(self) -> Optional[float]:
+        return None if self.macs is None else 2 * self.macs
+
+    @property
+    def memory_delta(self) -> int:
+        return self.memory_after - self.memory_before
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "module": self.module,
+            "op": self.op,
+            "input_shapes": [list(shape) if isinstance(shape, (list, tuple)) else shape for shape in self.input_shapes],
+            "macs": self.macs,
+            "flops": self.flops,
+            "time_s": self.time_s,
+            "memory_before": self.memory_before,
+            "memory_after": self.memory_after,
+            "memory_delta": self.memory_delta,
+        }
+
+
+class _ModuleRanges:
+    """Forward hooks that open a profiler range per module call."""
+
+    def __init__(self, names: Mapping[nn.Module, str]) -> None:
+        self.names = names
+        self._open: list[record_function] = []
+
+    def install(self, model: nn.Module) -> None:
+        for module in model.modules():
+            module.register_forward_pre_hook(self._enter(self.names[module]))
+            module.register_forward_hook(self._exit, always_call=True)
+
+    def _enter(self, name: str):
+        def hook(module: nn.Module, args: Any) -> None:
+            scope = record_function(MODULE_RANGE_PREFIX + name)
+            scope.__enter__()
+            self._open.append(scope)
+
+        return hook
+
+    def _exit(self, module: nn.Module, args: Any, output: Any) -> None:
+        self._open.pop().__exit__(None, None, None)
+
+
+def _module_of(event: Any) -> Optional[str]:
+    """The innermost module range above a top-level op, or None if the event is nested in another op."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(MODULE_RANGE_PREFIX):
+            return parent.name[len(MODULE_RANGE_PREFIX):]
+        if parent.name.startswith("aten::"):
+            return None
+        parent = parent.cpu_parent
+    return ""
+
+
+def _family(kind: str, handle: Optional[Handle], formulas: Mapping[str, ShapeFormula]) -> object:
+    """What identifies an op across front ends: its flop formula, else its kind."""
+    formula = handle if isinstance(handle, ShapeFormula) else formulas.get(kind)
+    return formula.compute if formula is not None else kind
+
+
+def _match_counts(rows: list[tuple[str, str]], op_counts: tuple[OpCount, ...]) -> list[Optional[float]]:
+    """For each (module, op) row, the count of the next unmatched traced op of the same family in that module."""
+    formulas = FLOP_FORMULAS.handles()
+    pending: dict[tuple[str, object], deque[float]] = defaultdict(deque)
+    for count in op_counts:
+        pending[(count.module, _family(count.kind, count.handle, formulas))].append(count.count)
+    matched: list[Optional[float]] = []
+    for module, op in rows:
+        queue = pending.get((module, _family(op, None, formulas)))
+        matched.append(queue.popleft() if queue else None)
+    return matched
+
+
+def op_table(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], op_counts: tuple[OpCount, ...]) -> list[OpRow]:
+    """Run the forward once under ``torch.profiler`` and return one row per top-level op."""
+    device = model_device(model, call)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    ranges = _ModuleRanges(names)
+    with preserved(model), torch.no_grad():
+        ranges.install(model)
+        start_memory = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        with profile(activities=activities, record_shapes=True, profile_memory=True) as profiler:
+            call.run(model)
+    ops, memory_events = [], []
+    for event in profiler.events():
+        # An op's own allocations and frees are charged to it (net), frees after ops to "[memory]"
+        # events: place net allocations at the op's start and net frees at its end.
+        delta = event.self_device_memory_usage if device.type == "cuda" else event.self_cpu_memory_usage
+        if delta:
+            memory_events.append((event.time_range.start if delta > 0 else event.time_range.end, delta))
+        if event.name.startswith("aten::"):
+            module = _module_of(event)
+            if module is not None:
+                ops.append((event, module))
+    ops.sort(key=lambda item: item[0].time_range.start)
+    memory_events.sort()
+    times = [time for time, _ in memory_events]
+    running = list(itertools.accumulate((delta for _, delta in memory_events), initial=start_memory))
+    counts = _match_counts([(module, event.name) for event, module in ops], op_counts)
+    rows = []
+    for index, ((event, module), macs) in enumerate(zip(ops, counts)):
+        seconds = (event.device_time_total if device.type == "cuda" else event.cpu_time_total) / 1e6
+        before = running[bisect.bisect_left(times, event.time_range.start)]
+        after = running[bisect.bisect_right(times, event.time_range.end)]
+        rows.append(OpRow(index, module, event.name, tuple(event.input_shapes), macs, seconds, before, after))
+    return rows
