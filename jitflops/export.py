@@ -8,7 +8,8 @@ The JSON document (``"schema": "jitflops.profile/1"``) holds:
 
 * ``convention``: what was counted; ``summary``: the DeepSpeed summary figures (seconds, counts);
 * ``modules``: one object per module, parents before children, with ``name``, ``type``, ``depth``,
-  ``params``, ``macs``, ``flops`` (= 2 x MACs), ``macs_by_op``, ``activations``, ``called``,
+  ``params``, ``macs``, ``flops`` (= 2 x MACs + elementwise flops), ``macs_by_op``,
+  ``elementwise_flops_by_op`` (empty unless elementwise ops were counted), ``activations``, ``called``,
   ``latency`` (median, mean, min, max, stdev, IQR in seconds, iterations, calls per iteration;
   null when not timed) and ``flops_per_second``;
 * ``ops``: the per-op rows (index, module, op, input_shapes, macs, flops, time_s, memory_before,
@@ -91,6 +92,7 @@ def _module_to_dict(node: ModuleProfile) -> dict[str, Any]:
         "macs": node.macs,
         "flops": node.flops,
         "macs_by_op": dict(node.macs_by_op),
+        "elementwise_flops_by_op": dict(node.elementwise_flops_by_op),
         "activations": node.activations,
         "called": node.called,
         "latency": node.latency.as_dict() if node.latency else None,

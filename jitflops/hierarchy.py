@@ -17,6 +17,7 @@ from torch import nn
 from .activation_count import ActivationCountAnalysis
 from .analysis import module_aliases
 from .flop_count import FlopCountAnalysis
+from .handles import ELEMENTWISE_FLOP_FORMULAS, short_op_name
 from .parameter_count import parameter_count
 from .timing import LatencyStats
 
@@ -24,13 +25,15 @@ from .timing import LatencyStats
 @dataclass
 class ModuleProfile:
     """One module of the hierarchy. MACs follow fvcore's convention (one fused multiply-add is one);
-    FLOPs are ``2 x MACs``, as DeepSpeed defines them."""
+    FLOPs are ``2 x MACs``, as DeepSpeed defines them, plus the elementwise flops (one per element,
+    zero unless the analysis counted elementwise ops), which are not multiply-adds."""
 
     name: str
     type_name: str
     depth: int
     params: int
     macs_by_op: typing.Counter[str]
+    elementwise_flops_by_op: typing.Counter[str]
     activations: int
     latency: Optional[LatencyStats]
     called: bool
@@ -43,7 +46,7 @@ class ModuleProfile:
 
     @property
     def flops(self) -> int:
-        return 2 * self.macs
+        return 2 * self.macs + sum(self.elementwise_flops_by_op.values())
 
     @property
     def flops_per_second(self) -> Optional[float]:
@@ -85,8 +88,8 @@ def _remove_ignored(node: ModuleProfile, ignored: tuple[type, ...], type_of: dic
     for child in node.children:
         if issubclass(type_of[child.name], ignored):
             for ancestor in ancestors + [node]:
-                ancestor.macs_by_op.subtract(child.macs_by_op)
-                ancestor.macs_by_op = +ancestor.macs_by_op
+                ancestor.macs_by_op = +(ancestor.macs_by_op - child.macs_by_op)
+                ancestor.elementwise_flops_by_op = +(ancestor.elementwise_flops_by_op - child.elementwise_flops_by_op)
                 ancestor.activations -= child.activations
                 ancestor.latency = _subtract(ancestor.latency, child.latency)
         else:
@@ -114,6 +117,7 @@ def build_hierarchy(
     uncalled = flops.uncalled_modules(emit_warnings=False)
     latency = latency or {}
     type_of: dict[str, type] = {}
+    elementwise_keys = {short_op_name(kind) for kind in ELEMENTWISE_FLOP_FORMULAS.kinds()}
 
     def build(module: nn.Module, name: str, depth: int) -> ModuleProfile:
         type_of[name] = type(module)
@@ -122,7 +126,8 @@ def build_hierarchy(
             type_name=type(module).__name__,
             depth=depth,
             params=params.get(name, 0),
-            macs_by_op=Counter(macs.get(name, {})),
+            macs_by_op=Counter({op: n for op, n in macs.get(name, {}).items() if op not in elementwise_keys}),
+            elementwise_flops_by_op=Counter({op: n for op, n in macs.get(name, {}).items() if op in elementwise_keys}),
             activations=acts.get(name, 0),
             latency=latency.get(name),
             called=name not in uncalled,

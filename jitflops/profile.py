@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from .activation_count import ActivationCountAnalysis
 from .analysis import module_aliases
@@ -42,21 +43,18 @@ class ParallelSizes:
 
 @dataclass(frozen=True)
 class ProfileSummary:
-    """The figures of DeepSpeed's profile summary. FLOPs are 2 x MACs."""
+    """The figures of DeepSpeed's profile summary. FLOPs are 2 x MACs (+ elementwise flops, if counted)."""
 
     parallel: ParallelSizes
     batch_size: Optional[int]
     params: int
     macs: int
+    flops: int
     forward: Optional[LatencyStats]
     backward: Optional[LatencyStats] = None
     step: Optional[LatencyStats] = None
     timing_overhead: Optional[float] = None
     device: str = "cpu"
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.macs
 
     @property
     def iteration_latency(self) -> Optional[float]:
@@ -95,6 +93,8 @@ class ModelProfile:
     op_rows: tuple[OpRow, ...] = ()
     spans: tuple[Span, ...] = ()
     step: Optional[int] = None
+    flop_analysis: Optional[FlopCountAnalysis] = None
+    activation_analysis: Optional[ActivationCountAnalysis] = None
 
 
 def batch_size_of(call: ModelCall) -> Optional[int]:
@@ -104,8 +104,8 @@ def batch_size_of(call: ModelCall) -> Optional[int]:
 
 
 def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False) -> tuple[FlopCountAnalysis, ActivationCountAnalysis]:
-    """FLOPs and activations of one call, from a single trace, without warnings on stderr."""
-    flops = FlopCountAnalysis(model, call.args, call.kwargs, elementwise=elementwise).tracer_warnings("none")
+    """FLOPs and activations of one call, from a single trace. Only unsupported ops are warned about."""
+    flops = FlopCountAnalysis(model, call.args, call.kwargs, elementwise=elementwise).tracer_warnings("none").uncalled_modules_warnings(False)
     activations = ActivationCountAnalysis(model, call.args, call.kwargs).share_trace(flops)
     return flops, activations
 
@@ -115,6 +115,7 @@ def profile_model(
     inputs: Any = (),
     kwargs: Optional[Mapping[str, Any]] = None,
     *,
+    timed: bool = True,
     warm_up: int = 1,
     repeats: int = 5,
     with_ops: bool = False,
@@ -125,25 +126,27 @@ def profile_model(
 ) -> ModelProfile:
     """Count (by trace) and time (eagerly) ``model`` on one call, into one :class:`ModelProfile`.
 
-    ``repeats`` timed iterations follow ``warm_up`` untimed ones; with ``with_ops`` a further
-    forward runs under ``torch.profiler`` for the per-op table.
+    ``repeats`` timed iterations follow ``warm_up`` untimed ones (none with ``timed=False``:
+    counts only, which also works on the meta device); with ``with_ops`` a further forward runs
+    under ``torch.profiler`` for the per-op table.
     """
     call = ModelCall.from_user(inputs, kwargs)
     flops, activations = count_model(model, call, elementwise)
     names = module_aliases(model)
-    timed = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress)
+    timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed else None
     rows = tuple(op_table(model, call, names, flops.op_counts())) if with_ops else ()
-    root = build_hierarchy(model, flops, activations, timed.modules, ignore_modules)
+    root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules)
     summary = ProfileSummary(
         parallel=ParallelSizes.current(model_parallel_size),
         batch_size=batch_size_of(call),
         params=root.params,
         macs=root.macs,
-        forward=timed.forward,
-        timing_overhead=timed.overhead,
-        device=timed.device,
+        flops=root.flops,
+        forward=timing.forward if timing else None,
+        timing_overhead=timing.overhead if timing else None,
+        device=str(model_device(model, call)),
     )
-    return ModelProfile(root, summary, flops.convention(), rows, timed.spans)
+    return ModelProfile(root, summary, flops.convention(), rows, timing.spans if timing else (), None, flops, activations)
 
 
 def get_model_profile(
@@ -217,8 +220,8 @@ class _TrainingStepHooks:
         self._handles = self.recorder.install(self.model)
         self._handles.append(self.model.register_forward_pre_hook(self._capture_inputs, with_kwargs=True, prepend=True))
         self._handles.append(self.model.register_forward_hook(self._forward_done))
-        self._handles.append(torch.optim.optimizer.register_optimizer_step_pre_hook(self._step_begins))
-        self._handles.append(torch.optim.optimizer.register_optimizer_step_post_hook(self._step_ends))
+        self._handles.append(register_optimizer_step_pre_hook(self._step_begins))
+        self._handles.append(register_optimizer_step_post_hook(self._step_ends))
 
     def remove(self) -> None:
         for handle in self._handles:
@@ -369,12 +372,13 @@ class FlopsProfiler:
             batch_size=batch_size_of(call) if call else None,
             params=root.params,
             macs=root.macs,
+            flops=root.flops,
             forward=timings.get(""),
             backward=LatencyStats(tuple(hooks.backward)) if hooks.backward else None,
             step=LatencyStats(tuple(hooks.step)) if hooks.step else None,
             device=str(model_device(self.model, call)) if call else "cpu",
         )
-        return ModelProfile(root, summary, flops.convention(), (), hooks.modules.last_spans, step)
+        return ModelProfile(root, summary, flops.convention(), (), hooks.modules.last_spans, step, flops, activations)
 
     def print_model_profile(
         self,

@@ -1,0 +1,296 @@
+"""``jitflops``: analyse a model from the command line, without writing a script.
+
+    jitflops transformers:BertModel --config num_hidden_layers=2 --input-ids 1,128
+    jitflops --example convnet --profile --html report.html
+    jitflops my_package.models:make_net --input-shape 1,3,224,224 --ops --sort time --top 20
+
+A factory is ``MODULE:CALLABLE``. A Hugging Face model class is built from its config class with
+``--config key=value`` settings and random weights; any other callable is called with the
+``--config`` settings as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import io
+import json
+import os
+import sys
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import torch
+from torch import nn
+
+from .examples import all_examples
+from .export import ops_to_csv, profile_to_html, profile_to_json, spans_to_chrome_trace, write_text
+from .formatting import format_quantity, format_seconds
+from .profile import ModelProfile, profile_model
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+OP_SORT_KEYS = {
+    "order": lambda row: row.index,
+    "params": lambda row: row.index,  # ops have no parameters: keep execution order
+    "flops": lambda row: -(row.macs or 0),
+    "time": lambda row: -row.time_s,
+    "memory": lambda row: -row.memory_delta,
+}
+MODULE_SORT_KEYS = {  # None: keep the tree order (parents before children)
+    "order": None,
+    "flops": lambda node: -node.macs,
+    "params": lambda node: -node.params,
+    "time": lambda node: -(node.latency.median if node.latency else 0.0),
+    "memory": None,
+}
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for: printed as one line, no traceback."""
+
+
+def _parse_ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated integers like 1,3,224,224, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(f"{option} takes positive sizes, got {text!r}")
+    return values
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _parse_config(settings: Sequence[str]) -> dict[str, Any]:
+    config = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--config takes key=value, got {setting!r}")
+        config[key] = _parse_value(value)
+    return config
+
+
+def resolve_factory(path: str) -> Callable[..., Any]:
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"a factory is MODULE:CALLABLE (e.g. transformers:BertModel), got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UsageError(f"cannot import module {module_name!r}: {error}") from None
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise UsageError(f"module {module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise UsageError(f"{path!r} is not callable")
+    return target
+
+
+def build_model(factory: Callable[..., Any], config: dict[str, Any]) -> nn.Module:
+    config_class = getattr(factory, "config_class", None)
+    try:
+        model = factory(config_class(**config)) if isinstance(factory, type) and config_class is not None else factory(**config)
+    except Exception as error:
+        raise UsageError(f"building the model failed: {type(error).__name__}: {error}") from None
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"the factory returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _tensor_from_spec(spec: str, dtype: torch.dtype, vocab: int) -> torch.Tensor:
+    """``ones:1,128``, ``zeros:...``, ``randn:...`` or ``ids:...`` (random token ids)."""
+    kind, _, shape_text = spec.partition(":")
+    shape = _parse_ints(shape_text, f"--kwargs value {spec!r}")
+    makers = {
+        "ones": lambda: torch.ones(shape, dtype=torch.long),
+        "zeros": lambda: torch.zeros(shape, dtype=torch.long),
+        "randn": lambda: torch.randn(shape, dtype=dtype),
+        "ids": lambda: _ids(shape, vocab),
+    }
+    return makers[kind]()
+
+
+def _ids(shape: tuple[int, ...], vocab: int) -> torch.Tensor:
+    if torch.get_default_device().type == "meta":
+        return torch.zeros(shape, dtype=torch.long)
+    return torch.randint(0, vocab, shape)
+
+
+def build_inputs(args: argparse.Namespace, model: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    dtype = DTYPES[args.dtype]
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 1000) or 1000)
+    positional: tuple[Any, ...] = ()
+    if args.input_shape:
+        shape = _parse_ints(args.input_shape, "--input-shape")
+        positional = (torch.zeros(shape, dtype=dtype) if args.device == "meta" else torch.randn(shape, dtype=dtype),)
+    elif args.input_ids:
+        positional = (_ids(_parse_ints(args.input_ids, "--input-ids"), vocab),)
+    keywords: dict[str, Any] = {}
+    if args.kwargs:
+        try:
+            given = json.loads(args.kwargs)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"--kwargs is not valid JSON: {error}") from None
+        if not isinstance(given, dict):
+            raise UsageError("--kwargs must be a JSON object")
+        for key, value in given.items():
+            is_spec = isinstance(value, str) and value.partition(":")[0] in ("ones", "zeros", "randn", "ids")
+            keywords[key] = _tensor_from_spec(value, dtype, vocab) if is_spec else value
+    if not positional and not keywords:
+        raise UsageError("give the model's inputs: --input-shape, --input-ids or --kwargs")
+    return positional, keywords
+
+
+def _progress(quiet: bool) -> Optional[Callable[[Iterator[int], int, str], Iterator[int]]]:
+    if quiet:
+        return None
+    from tqdm import tqdm
+
+    def bar(iterations: Iterator[int], total: int, label: str) -> Iterator[int]:
+        return iter(tqdm(iterations, total=total, desc=label, unit="it", delay=1.0, leave=False, file=sys.stderr))
+
+    return bar
+
+
+def _modules_csv(profile: ModelProfile, sort: str, top: Optional[int]) -> str:
+    nodes = list(profile.root.walk())
+    key = MODULE_SORT_KEYS[sort]
+    if key is not None:
+        nodes.sort(key=key)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["module", "type", "depth", "params", "macs", "flops", "activations", "latency_median_s", "latency_iqr_s", "flops_per_second"])
+    for node in nodes[:top]:
+        latency = node.latency
+        writer.writerow([node.name, node.type_name, node.depth, node.params, node.macs, node.flops, node.activations,
+                         latency.median if latency else "", latency.iqr if latency else "", node.flops_per_second or ""])
+    return buffer.getvalue()
+
+
+def _ops_text(profile: ModelProfile, sort: str, top: Optional[int]) -> str:
+    from .table import pipe_table
+
+    rows = sorted(profile.op_rows, key=OP_SORT_KEYS[sort])[:top]
+    table = [
+        [str(r.index), r.module or "(root)", r.op, str([list(s) if isinstance(s, (list, tuple)) else s for s in r.input_shapes if s != []])[:60],
+         format_quantity(r.flops) if r.flops is not None else "", format_seconds(r.time_s), format_quantity(r.memory_before, "B"),
+         format_quantity(r.memory_after, "B"), format_quantity(r.memory_delta, "B")]
+        for r in rows
+    ]
+    headers = ["#", "module", "op", "input shapes", "FLOPs", "time", "mem before", "mem after", "mem delta"]
+    return pipe_table(table, headers) + f"\n\nFLOPs are 2 x MACs. Counting convention: {profile.convention}."
+
+
+def render(args: argparse.Namespace, profile: ModelProfile) -> str:
+    from .deepspeed_report import format_model_profile
+    from .printing import flop_count_str, flop_count_table
+
+    if args.format == "json":
+        return profile_to_json(profile)
+    if args.format == "csv":
+        return ops_to_csv(sorted(profile.op_rows, key=OP_SORT_KEYS[args.sort])[: args.top]) if args.ops else _modules_csv(profile, args.sort, args.top)
+    if args.ops:
+        return _ops_text(profile, args.sort, args.top)
+    if args.profile and args.format == "table":
+        return format_model_profile(profile, module_depth=args.depth if args.depth is not None else -1, top_modules=args.top or 1, detailed=True)
+    flops, activations = profile.flop_analysis, profile.activation_analysis
+    assert flops is not None and activations is not None  # profile_model always counts
+    latency = {node.name: node.latency for node in profile.root.walk() if node.latency is not None} if args.profile else None
+    if args.format == "tree":
+        return flop_count_str(flops, activations, latency=latency)
+    return flop_count_table(flops, max_depth=args.depth if args.depth is not None else 3, activations=activations, latency=latency)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jitflops", description="Count a PyTorch model's parameters, FLOPs and activations, and time it.")
+    parser.add_argument("factory", nargs="?", help="MODULE:CALLABLE that builds the model, e.g. transformers:BertModel")
+    parser.add_argument("--example", choices=sorted(all_examples()), help="analyse a built-in example model on its own inputs")
+    parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="config class settings (or factory keyword arguments); values are JSON or strings")
+    inputs = parser.add_mutually_exclusive_group()
+    inputs.add_argument("--input-shape", help="a random float input of this shape, e.g. 1,3,224,224")
+    inputs.add_argument("--input-ids", help="random token ids of this shape, e.g. 1,128")
+    parser.add_argument("--kwargs", help='keyword arguments as JSON; "ones:1,128", "zeros:..", "randn:..", "ids:.." make tensors')
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or meta (meta: counts only, no memory)")
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--profile", action="store_true", help="also time the model: DeepSpeed-style profile")
+    mode.add_argument("--ops", action="store_true", help="per-op table: module, shapes, FLOPs, time, memory")
+    parser.add_argument("--depth", type=int, help="module depth to show (table: 3; profile: all)")
+    parser.add_argument("--top", type=int, help="top modules per depth (profile) or rows (ops, csv)")
+    parser.add_argument("--sort", default="order", choices=sorted(OP_SORT_KEYS), help="row order for --ops and csv output (memory: ops only)")
+    parser.add_argument("--elementwise", action="store_true", help="count elementwise ops, activations and softmax")
+    parser.add_argument("--format", default="table", choices=["table", "tree", "json", "csv"])
+    parser.add_argument("--output", help="write the report to this file (atomically) instead of stdout")
+    parser.add_argument("--trace", help="write a Chrome/Perfetto trace of the timed pass (with --profile)")
+    parser.add_argument("--html", help="write the module tree as an HTML icicle chart")
+    parser.add_argument("--warm-up", type=int, default=1, help="untimed iterations before timing")
+    parser.add_argument("--repeats", type=int, default=10, help="timed iterations")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def run(args: argparse.Namespace) -> str:
+    if bool(args.factory) == bool(args.example):
+        raise UsageError("give a factory (MODULE:CALLABLE) or --example NAME")
+    if args.trace and not args.profile:
+        raise UsageError("--trace needs --profile (it records the timed pass)")
+    timed = args.profile or args.ops
+    if args.device == "meta" and timed:
+        raise UsageError("the meta device has no data: --profile and --ops need cpu or cuda")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise UsageError(f"unknown device {args.device!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda, but CUDA is not available on this machine")
+    if args.example:
+        model, positional, keywords = all_examples()[args.example].instantiate(args.device)
+    else:
+        factory = resolve_factory(args.factory)
+        with torch.device(device):
+            model = build_model(factory, _parse_config(args.config)).eval()
+            positional, keywords = build_inputs(args, model)
+    if DTYPES[args.dtype] != torch.float32:
+        model = model.to(DTYPES[args.dtype])
+    profile = profile_model(
+        model, positional, keywords, timed=args.profile, warm_up=args.warm_up, repeats=args.repeats,
+        with_ops=args.ops, elementwise=args.elementwise, progress=_progress(args.quiet),
+    )
+    if args.trace:
+        write_text(args.trace, spans_to_chrome_trace(profile.spans))
+    if args.html:
+        write_text(args.html, profile_to_html(profile, "flops_per_second" if args.profile else "latency"))
+    return render(args, profile)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        report = run(args)
+        if args.output:
+            write_text(args.output, report)
+        else:
+            print(report)
+    except KeyboardInterrupt:
+        print("jitflops: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader (e.g. `head`) stopped early: leave quietly, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as error:  # one clear line for the user; --debug shows where it came from
+        if args.debug:
+            raise
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"jitflops: error: {message}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,131 @@
+"""The command line, end to end, in a subprocess; its JSON checked against the API's own numbers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from jitflops import FlopCountAnalysis, parameter_count
+from jitflops.examples import BUILTIN_EXAMPLES
+
+
+def jitflops(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "jitflops", *args], capture_output=True, text=True, timeout=300)
+    assert result.returncode == expect, result.stderr
+    return result
+
+
+def _api_counts(name: str) -> FlopCountAnalysis:
+    model, args, kwargs = BUILTIN_EXAMPLES[name].instantiate()
+    return FlopCountAnalysis(model, args, kwargs)
+
+
+def test_default_table_on_an_example():
+    out = jitflops("--example", "convnet", "--quiet").stdout
+    assert out.startswith("| module") and "|  stem  " in out and "Counting convention:" in out
+    assert "| model             | 5.514K                 | 1.68M " in out
+
+
+def test_json_matches_the_api():
+    document = json.loads(jitflops("--example", "transformer", "--format", "json", "--quiet").stdout)
+    api = _api_counts("transformer")
+    modules = {m["name"]: m for m in document["modules"]}
+    assert document["summary"]["macs"] == api.total()
+    assert all(modules[name]["macs"] == value for name, value in api.by_module().items() if name in modules)
+    assert modules["blocks.0.attention"]["macs_by_op"] == dict(api.by_operator("blocks.0.attention"))
+
+
+def test_factory_with_config_inputs_and_kwargs():
+    pytest.importorskip("transformers")
+    document = json.loads(
+        jitflops(
+            "transformers:BertModel", "--config", "num_hidden_layers=1", "hidden_size=32", "num_attention_heads=2",
+            "intermediate_size=64", "vocab_size=100", "--input-ids", "1,8", "--kwargs", '{"attention_mask": "ones:1,8"}',
+            "--format", "json", "--quiet",
+        ).stdout
+    )
+    linears = 8 * (4 * 32 * 32 + 2 * 32 * 64) + 32 * 32
+    assert document["summary"]["macs"] == linears + 2 * 8 * 8 * 32 + 5 * 8 * 32 * 3  # + attention + three layer norms
+    assert document["summary"]["batch_size"] == 1
+
+
+def test_torch_factory_with_input_shape_and_depth():
+    out = jitflops("torch.nn:Conv2d", "--config", "in_channels=3", "out_channels=8", "kernel_size=3", "--input-shape", "2,3,10,10", "--format", "csv", "--quiet").stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rows[0]["module"] == "" and int(rows[0]["macs"]) == 2 * 8 * 27 * 8 * 8 and int(rows[0]["params"]) == 8 * 27 + 8
+
+
+def test_profile_mode_with_trace_and_html(tmp_path):
+    trace, page, report = tmp_path / "trace.json", tmp_path / "report.html", tmp_path / "profile.txt"
+    jitflops("--example", "convnet", "--profile", "--repeats", "3", "--trace", str(trace), "--html", str(page), "--output", str(report), "--quiet")
+    text = report.read_text()
+    assert "Aggregated Profile per GPU" in text and "fwd latency:" in text and "3 runs)" in text
+    assert any(e.get("name") == "stem.0" for e in json.loads(trace.read_text())["traceEvents"])
+    assert "<svg" in page.read_text()
+
+
+def test_profile_json_has_latency_on_every_called_module():
+    document = json.loads(jitflops("--example", "lstm", "--profile", "--repeats", "2", "--format", "json", "--quiet").stdout)
+    assert all(m["latency"]["iterations"] == 2 for m in document["modules"])
+    assert document["summary"]["forward_latency"]["median_s"] > 0
+
+
+def test_ops_mode_sorted_and_limited():
+    out = jitflops("--example", "transformer", "--ops", "--sort", "flops", "--top", "3", "--format", "csv", "--quiet").stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 3 and rows[0]["module"] == "head" and rows[0]["op"] == "aten::linear"
+    assert float(rows[0]["macs"]) == 128 * 64 * 1000
+
+
+def test_elementwise_option():
+    counted = json.loads(jitflops("--example", "convnet", "--elementwise", "--format", "json", "--quiet").stdout)
+    plain = json.loads(jitflops("--example", "convnet", "--format", "json", "--quiet").stdout)
+    relus = 16 * 32 * 32 + 32 * 16 * 16  # the stem's and the block's ReLU, one flop per output element
+    assert counted["summary"]["macs"] == plain["summary"]["macs"]  # elementwise flops are not multiply-adds
+    assert counted["summary"]["flops"] - plain["summary"]["flops"] == relus
+    assert {m["name"]: m["elementwise_flops_by_op"] for m in counted["modules"]}["stem.2"] == {"relu": 16 * 32 * 32}
+    assert "elementwise=True counts them" not in counted["convention"]
+
+
+def test_meta_device_counts_a_large_model():
+    pytest.importorskip("transformers")
+    out = jitflops("transformers:LlamaModel", "--config", "hidden_size=4096", "num_hidden_layers=4", "num_attention_heads=32",
+                   "num_key_value_heads=8", "intermediate_size=14336", "--input-ids", "1,1024", "--device", "meta", "--format", "json", "--quiet").stdout
+    assert json.loads(out)["summary"]["params"] > 1e9
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nope.module:thing", "--input-ids", "1,4"], "cannot import module 'nope.module'"),
+        (["torch.nn:NoSuchLayer", "--input-ids", "1,4"], "has no attribute 'NoSuchLayer'"),
+        (["torch.nn:Linear", "--config", "in_features=4", "out_features=3", "--input-shape", "2,x"], "comma-separated integers"),
+        (["torch.nn:Linear", "--config", "in_features=4", "out_features=3", "--input-shape", "2,5"], "module (Linear): RuntimeError: mat1 and mat2"),
+        (["torch.nn:Linear", "--config", "in_features=4"], "building the model failed"),
+        (["--example", "convnet", "--trace", "t.json"], "--trace needs --profile"),
+        (["--example", "convnet", "--profile", "--device", "meta"], "meta device has no data"),
+    ],
+)
+def test_errors_are_one_line_without_traceback(args, message):
+    result = jitflops(*args, expect=2)
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
+
+
+def test_debug_shows_the_traceback():
+    result = jitflops("nope.module:thing", "--input-ids", "1,4", "--debug", expect=1)
+    assert "Traceback" in result.stderr
+
+
+def test_console_script_is_declared():
+    import importlib.metadata
+
+    scripts = {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")}
+    assert scripts.get("jitflops") == "jitflops.cli:main"
+    assert torch is not None and parameter_count is not None

@@ -1,0 +1,70 @@
+"""Exports: JSON document, per-op CSV, Chrome trace, HTML picture; written atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+import torch
+
+from jitflops import profile_model, write_chrome_trace, write_html, write_json, write_ops_csv
+from jitflops.examples import ConvNet
+from jitflops.export import SCHEMA, write_text
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return profile_model(ConvNet().eval(), torch.randn(2, 3, 16, 16), repeats=3, with_ops=True)
+
+
+def test_json_document(profile, tmp_path):
+    path = tmp_path / "profile.json"
+    write_json(profile, str(path))
+    document = json.loads(path.read_text())
+    assert document["schema"] == SCHEMA and document["convention"] == profile.convention
+    assert document["summary"]["macs"] == profile.summary.macs and document["summary"]["flops"] == 2 * profile.summary.macs
+    modules = {m["name"]: m for m in document["modules"]}
+    assert modules["stem.0"]["macs_by_op"] == {"conv": 2 * 16 * 16 * 16 * 27}
+    assert modules[""]["latency"]["iterations"] == 3 and modules[""]["latency"]["median_s"] == profile.root.latency.median
+    assert len(document["ops"]) == len(profile.op_rows) and document["ops"][0]["op"] == "aten::conv2d"
+
+
+def test_ops_csv(profile, tmp_path):
+    path = tmp_path / "ops.csv"
+    write_ops_csv(profile, str(path))
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    assert [row["module"] for row in rows[:3]] == ["stem.0", "stem.1", "stem.2"]
+    assert float(rows[0]["macs"]) == 2 * 16 * 16 * 16 * 27 and json.loads(rows[0]["input_shapes"])[0] == [2, 3, 16, 16]
+    assert int(rows[0]["memory_delta"]) == 2 * 16 * 16 * 16 * 4
+
+
+def test_chrome_trace_has_one_span_per_module_call(profile, tmp_path):
+    path = tmp_path / "trace.json"
+    write_chrome_trace(profile, str(path))
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+    called = [n for n in profile.root.walk() if n.called]
+    assert sorted(e["args"]["module"] for e in events) == sorted(n.name for n in called)
+    root = next(e for e in events if e["args"]["module"] == "")
+    assert all(root["ts"] <= e["ts"] and e["ts"] + e["dur"] <= root["ts"] + root["dur"] + 1e-3 for e in events)
+
+
+@pytest.mark.parametrize("colour_by", ["flops_per_second", "latency"])
+def test_html_icicle(profile, tmp_path, colour_by):
+    path = tmp_path / "report.html"
+    write_html(profile, str(path), colour_by=colour_by)
+    page = path.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "http" not in page.split("<svg")[1].split("xmlns")[0]
+    assert page.count("<rect") == sum(1 for _ in profile.root.walk())
+    assert "stem.0 (Conv2d)" in page
+
+
+def test_write_is_atomic(tmp_path):
+    path = tmp_path / "out.txt"
+    write_text(str(path), "first")
+
+    with pytest.raises(TypeError):
+        write_text(str(path), 123)  # type: ignore[arg-type]  # fails while writing
+    assert path.read_text() == "first"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
