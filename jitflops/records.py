@@ -70,7 +70,10 @@ class OpRecord:
         names = self.arg_names
         if names is None or name not in names:
             raise OpShapeError(self.kind, self.scope, f"has no argument named {name!r} (schema: {names})")
-        index = names.index(name)
+        return self.input(names.index(name))
+
+    def input(self, index: int) -> Any:
+        """The decoded argument at ``index``, or None if the call did not pass it."""
         inputs = self.inputs
         return inputs[index] if index < len(inputs) else None
 
@@ -85,11 +88,12 @@ class OpRecord:
 
     def operand_shape(self) -> tuple[int, ...]:
         """The shape of the first argument: ``self`` or ``input`` depending on the overload."""
-        return self._require_shape(self.inputs[0] if self.inputs else None, "first argument")
+        return self._require_shape(self.input(0), "first argument")
 
     def output_shape(self, index: int = 0) -> tuple[int, ...]:
         outputs = self.outputs
         return self._require_shape(outputs[index] if index < len(outputs) else None, f"output {index}")
+
 
     def output_numel(self) -> int:
         return math.prod(self.output_shape())
@@ -123,22 +127,32 @@ def decode_jit_value(value: "torch._C.Value") -> Any:
 
 
 class JitOpRecord(OpRecord):
-    """A record read lazily from a node of a traced JIT graph."""
+    """A record read lazily from a node of a traced JIT graph: only the arguments a handle asks
+    for are decoded, each once."""
 
-    __slots__ = ("node", "kind", "scope", "_inputs", "_outputs")
+    __slots__ = ("node", "kind", "scope", "_values", "_decoded", "_outputs", "_arg_names")
 
     def __init__(self, node: "torch._C.Node", kind: str, scope: str) -> None:
         self.node = node
         self.kind = kind
         self.scope = scope
-        self._inputs: Optional[list[Any]] = None
+        self._values: Optional[list["torch._C.Value"]] = None
+        self._decoded: dict[int, Any] = {}
         self._outputs: Optional[list[Any]] = None
+        self._arg_names: Optional[tuple[str, ...]] = None
+
+    def input(self, index: int) -> Any:
+        if index not in self._decoded:
+            if self._values is None:
+                self._values = list(self.node.inputs())
+            self._decoded[index] = decode_jit_value(self._values[index]) if index < len(self._values) else None
+        return self._decoded[index]
 
     @property
     def inputs(self) -> list[Any]:
-        if self._inputs is None:
-            self._inputs = [decode_jit_value(v) for v in self.node.inputs()]
-        return self._inputs
+        if self._values is None:
+            self._values = list(self.node.inputs())
+        return [self.input(index) for index in range(len(self._values))]
 
     @property
     def outputs(self) -> list[Any]:
@@ -148,7 +162,9 @@ class JitOpRecord(OpRecord):
 
     @property
     def arg_names(self) -> Optional[tuple[str, ...]]:
-        return _schema_arg_names(self.node.schema())
+        if self._arg_names is None:
+            self._arg_names = _schema_arg_names(self.node.schema())
+        return self._arg_names
 
     def jit_values(self) -> tuple[list["torch._C.Value"], list["torch._C.Value"]]:
         """The raw JIT inputs and outputs, as fvcore-style handles expect them."""
