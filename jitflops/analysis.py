@@ -23,7 +23,7 @@ from .handles import ELEMENTWISE_FLOP_FORMULAS, ZERO_COST_OPS, Handle, ShapeForm
 from .handles.registry import as_counter
 from .model_io import ModelCall
 from .records import JitOpRecord
-from .scoped_trace import TRACER_WARNING_MODES, ScopedTrace, trace_with_scopes
+from .scoped_trace import TRACER_WARNING_MODES, ScopedTrace, full_scope, trace_with_scopes
 
 logger = logging.getLogger(__name__)
 
@@ -274,9 +274,11 @@ class JitModelAnalysis:
             for scope, ops in per_scope.items():
                 for name in self._scope_ancestors(scope):
                     per_module.setdefault(name, Counter()).update(ops)
-        seen = set(trace.called_modules)
-        if self._ancestor_mode == "owner":
-            seen.update(ancestor for name in trace.called_modules for ancestor in _ownership_ancestors(name))
+        seen: set[str] = set()
+        for scope in trace.scopes():  # a module is called if an op ran in its scope (fvcore's rule)
+            seen.update(scope.split("/"))
+            if self._ancestor_mode == "owner":
+                seen.update(self._scope_ancestors(scope))
         uncalled = frozenset(set(self._aliases.values()) - seen)
         return Statistics(counts, unsupported, uncalled, tuple(op_counts))
 
@@ -304,10 +306,10 @@ class JitModelAnalysis:
             handle = handles.get(kind)
             if handle is None:
                 if kind not in ignored:
-                    scope = node.scopeName()
+                    scope = full_scope(node.scopeName())
                     unsupported.setdefault(scope, Counter())[kind] += 1
                 continue
-            scope = node.scopeName()
+            scope = full_scope(node.scopeName())
             module = scope.rpartition("/")[2]
             result = self._run_handle(handle, JitOpRecord(node, kind, module))
             op_counts.append(OpCount(module, kind, handle, sum(result.values())))

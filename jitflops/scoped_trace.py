@@ -1,18 +1,27 @@
 """Trace a model's aten graph with the module scope of every node.
 
-Forward pre-hooks push a scope named after each module, forward hooks pop it, so each node of
-the traced graph carries the chain of module names that were running (``node.scopeName()``, names
-joined by ``/``, the root being ``""``). The hooks also note which modules were called and which
-module was innermost when something failed, so errors can name it.
+While tracing, ``nn.Module.__call__`` pushes a tracer scope named after each module listed in
+torch's ``torch.jit._trace._trace_module_map`` (the mechanism ``torch.jit.trace_module`` and the
+ONNX exporter use), so each node of the graph carries the chain of module names that were running
+(``node.scopeName()``, names joined by ``/``). jitflops fills that map with the canonical module
+names for the duration of the trace, and puts back what was there before.
+
+Why not forward pre/post hooks that push and pop the scopes (as fvcore does)? For every node it
+records, the tracer walks the whole Python stack to note the source location; a hook adds a frame at
+every module level, so hooks cost up to 20% of the trace on deep models (measured with
+``tools/bench.py``). Without hooks, the module that was running when something failed is found
+from the exception's traceback instead.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping
+from types import TracebackType
+from typing import Any, Iterator, Mapping, Optional
 
 import torch
+import torch.jit._trace as jit_trace
 from torch import nn
 from torch.jit import TracerWarning
 
@@ -27,38 +36,18 @@ _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 @dataclass(frozen=True)
 class ScopedTrace:
-    """A traced graph whose nodes know their module scope, and the modules whose ``__call__`` ran."""
+    """A traced graph whose nodes know their module scope."""
 
     graph: "torch._C.Graph"
-    called_modules: frozenset[str]
+
+    def scopes(self) -> Iterator[str]:
+        """Every distinct full scope of the graph's nodes, root first: ``"/a/a.b"``."""
+        return iter(dict.fromkeys(full_scope(node.scopeName()) for node in self.graph.nodes()))
 
 
-class _ScopeRecorder:
-    """Pushes and pops tracer scopes and remembers the stack of running modules."""
-
-    def __init__(self) -> None:
-        self.stack: list[tuple[str, nn.Module]] = []
-        self.called: set[str] = set()
-
-    def pre_hook(self, name: str):
-        def push(module: nn.Module, args: Any) -> None:
-            self.called.add(name)
-            self.stack.append((name, module))
-            state = torch._C._get_tracing_state()
-            if state:
-                state.push_scope(name)
-
-        return push
-
-    def post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        self.stack.pop()
-        state = torch._C._get_tracing_state()
-        if state:
-            state.pop_scope()
-
-    def failure(self, model: nn.Module, cause: BaseException) -> TraceError:
-        name, module = self.stack[-1] if self.stack else ("", model)
-        return TraceError(name, type(module).__name__, cause)
+def full_scope(scope_name: str) -> str:
+    """The node's scope with the root module (``""``) in front, as fvcore's scopes read: ``"/a/a.b"``."""
+    return "/" + scope_name if scope_name else ""
 
 
 def _warning_filter(mode: str) -> None:
@@ -68,31 +57,40 @@ def _warning_filter(mode: str) -> None:
         warnings.filterwarnings("ignore", category=TracerWarning)
 
 
+def _innermost_module(traceback: Optional[TracebackType], names: Mapping[nn.Module, str]) -> Optional[nn.Module]:
+    """The deepest frame of the traceback that runs a method of one of the model's modules."""
+    found = None
+    while traceback is not None:
+        owner = traceback.tb_frame.f_locals.get("self")
+        if isinstance(owner, nn.Module) and owner in names:
+            found = owner
+        traceback = traceback.tb_next
+    return found
+
+
 def trace_with_scopes(
     model: nn.Module,
     call: ModelCall,
-    aliases: Mapping[nn.Module, str],
+    aliases: Mapping[Any, str],
     tracer_warnings: str = "no_tracer_warning",
 ) -> ScopedTrace:
     """Trace ``model`` called with ``call``; ``aliases`` gives each module's canonical scope name.
 
     ``DataParallel`` and ``DistributedDataParallel`` wrappers are traced through their inner
-    module, which also carries the wrapper's (root) scope, as fvcore does. The model comes back
-    unchanged, whether the trace succeeds or not.
+    module. The model comes back unchanged, whether the trace succeeds or not.
     """
-    recorder = _ScopeRecorder()
     traced = model.module if isinstance(model, _WRAPPERS) else model
+    scope_names = {module: aliases[module] for module in traced.modules()}
+    previous_map = jit_trace._trace_module_map
     with preserved(model), warnings.catch_warnings(), torch.no_grad():
         _warning_filter(tracer_warnings)
-        if traced is not model:
-            traced.register_forward_pre_hook(recorder.pre_hook(aliases[model]))
-            traced.register_forward_hook(recorder.post_hook)
-        for module in traced.modules():
-            module.register_forward_pre_hook(recorder.pre_hook(aliases[module]))
-            module.register_forward_hook(recorder.post_hook)
         runner = FlatCall(traced, call)
+        jit_trace._trace_module_map = scope_names
         try:
             graph, _ = torch.jit._get_trace_graph(runner, runner.flat_inputs())
         except Exception as error:
-            raise recorder.failure(model, error) from error
-    return ScopedTrace(graph, frozenset(recorder.called))
+            failed = _innermost_module(error.__traceback__, scope_names) or model
+            raise TraceError(aliases[failed], type(failed).__name__, error) from error
+        finally:
+            jit_trace._trace_module_map = previous_map
+    return ScopedTrace(graph)

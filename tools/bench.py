@@ -23,7 +23,6 @@ import argparse
 import gc
 import json
 import logging
-import resource
 import statistics
 import subprocess
 import sys
@@ -100,9 +99,17 @@ def make_runners(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str,
     return {"trace": bare_trace, "jitflops": jitflops_total, "jitflops+reports": jitflops_reports, "fvcore": fvcore_total, "FlopCounterMode": flop_counter_mode}
 
 
-def graph_nodes(model: torch.nn.Module, args: tuple, kwargs: dict) -> int:
-    analysis = FlopCountAnalysis(model, args, kwargs)
-    return sum(1 for _ in analysis.scoped_trace().graph.nodes())
+def engine_cost(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int) -> tuple[int, float]:
+    """Graph nodes, and the median seconds of the engine alone (records, handles, aggregation) on a kept trace."""
+    analysis = FlopCountAnalysis(model, args, kwargs).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    nodes = sum(1 for _ in analysis.scoped_trace().graph.nodes())
+    samples = []
+    for _ in range(repeats + 1):
+        analysis.clear_op_handles().set_op_handle(**FlopCountAnalysis(model, args, kwargs)._op_handles)
+        start = time.perf_counter()
+        analysis.total()
+        samples.append(time.perf_counter() - start)
+    return nodes, statistics.median(samples[1:])
 
 
 def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any]:
@@ -120,23 +127,29 @@ def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any
             start = time.perf_counter()
             runners[tool]()
             seconds[tool].append(time.perf_counter() - start)
+    nodes, engine_s = engine_cost(model, args, kwargs, repeats)
     return {
         "model": name,
         "device": device_for(name),
-        "nodes": graph_nodes(model, args, kwargs),
+        "nodes": nodes,
+        "engine_s": engine_s,
         "median_s": {tool: statistics.median(values) for tool, values in seconds.items()},
         "totals": {tool: totals[tool] for tool in tools if tool != "trace"},
     }
 
 
+PEAK_RSS_MIB = "print(int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024)"
+"""The process's own high-water mark: ``ru_maxrss`` would include the parent's, inherited over fork and exec."""
+
+
 def peak_rss_mib(name: str, tool: str) -> float:
     """Peak RSS of a fresh process that builds the model and runs ``tool`` once, in MiB."""
     code = (
-        "import sys, resource, logging, warnings; warnings.simplefilter('ignore'); logging.disable(logging.WARNING);"
+        "import sys, logging, warnings; warnings.simplefilter('ignore'); logging.disable(logging.WARNING);"
         f"sys.path.insert(0, {str(REPO / 'tools')!r}); import bench;"
         f"from jitflops.examples import ZOO; m, a, k = ZOO[{name!r}].instantiate(bench.device_for({name!r}));"
         f"bench.make_runners(m, a, k)[{tool!r}]();"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+        + PEAK_RSS_MIB
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
@@ -147,13 +160,13 @@ def peak_rss_mib(name: str, tool: str) -> float:
 def llama_70b() -> dict[str, float]:
     """Count the 70B configuration on meta in a fresh process: seconds and peak RSS."""
     code = (
-        "import time, resource, logging; logging.disable(logging.WARNING);"
+        "import time, logging; logging.disable(logging.WARNING);"
         "from jitflops import FlopCountAnalysis; from jitflops.examples import ZOO;"
         "start = time.perf_counter(); m, a, k = ZOO['llama-70b'].instantiate('meta'); built = time.perf_counter();"
         "f = FlopCountAnalysis(m, a, k); total = f.total(); done = time.perf_counter();"
         "assert not f.unsupported_ops(), f.unsupported_ops();"
-        "print(built - start, done - built, total, f.by_operator()['scaled_dot_product_attention'],"
-        " resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+        "print(built - start, done - built, total, f.by_operator()['scaled_dot_product_attention'], end=' ');"
+        + PEAK_RSS_MIB
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=REPO)
     if result.returncode != 0:
@@ -217,6 +230,7 @@ def main() -> None:
     for row in results:
         t = row["median_s"]
         per_node_us = (t["jitflops"] - t["trace"]) / row["nodes"] * 1e6
+        engine_us = row["engine_s"] / row["nodes"] * 1e6
         fv = t.get("fvcore")
         fcm = t.get("FlopCounterMode")
         rss = row.get("peak_rss_mib", {})
@@ -225,14 +239,14 @@ def main() -> None:
             f"{t['trace'] * 1e3:.0f}", f"{t['jitflops'] * 1e3:.0f}", f"{t['jitflops+reports'] * 1e3:.0f}",
             f"{fv * 1e3:.0f}" if fv else "-", f"{fcm * 1e3:.0f}" if fcm else "-",
             f"{t['jitflops'] / t['trace']:.2f}", f"{t['jitflops'] / fv:.2f}" if fv else "-", f"{t['jitflops'] / fcm:.2f}" if fcm else "-",
-            f"{per_node_us:.1f}",
+            f"{engine_us:.1f} / {per_node_us:.1f}",
             f"{rss['jitflops']:.0f}/{rss.get('fvcore', float('nan')):.0f}/{rss.get('FlopCounterMode', float('nan')):.0f}" if rss else "-",
             " / ".join(f"{row['totals'][tool] / 1e9:.3f}" for tool in ("jitflops", "fvcore", "FlopCounterMode") if tool in row["totals"]),
         ])
         row["ratios"] = {"jitflops/trace": t["jitflops"] / t["trace"], "jitflops/fvcore": t["jitflops"] / fv if fv else None, "jitflops/FlopCounterMode": t["jitflops"] / fcm if fcm else None}
-        row["per_node_overhead_us"] = per_node_us
+        row["per_node_overhead_us"] = {"engine_after_trace": engine_us, "all_above_bare_trace": per_node_us}
     headers = ["model", "device", "nodes", "trace ms", "jitflops ms", "+reports ms", "fvcore ms", "FCM ms",
-               "jf/trace", "jf/fvcore", "jf/FCM", "us/node", "peak RSS MiB jf/fv/FCM", "GMACs jf / fv / FCM"]
+               "jf/trace", "jf/fvcore", "jf/FCM", "us/node engine / all", "peak RSS MiB jf/fv/FCM", "GMACs jf / fv / FCM"]
     print(pipe_table(table, headers))
     print(f"\nLlama 70B (meta, seq 4096): built in {big['build_s']:.1f} s, counted in {big['count_s']:.1f} s, "
           f"peak RSS {big['peak_rss_mib']:.0f} MiB, {big['total_macs'] / 1e12:.1f} TMACs ({big['attention_macs'] / 1e12:.1f} T in attention)")
