@@ -20,7 +20,6 @@ from .analysis import module_aliases
 from .flop_count import FlopCountAnalysis
 from .formatting import format_quantity
 from .hierarchy import ModuleProfile, build_hierarchy
-from .model_guard import ModelSnapshot
 from .model_io import ModelCall, tensor_leaves
 from .op_table import OpRow, op_table
 from .timing import Clock, LatencyCollector, LatencyStats, ModuleCallRecorder, Span, clock_for, model_device, time_modules
@@ -289,7 +288,6 @@ class FlopsProfiler:
     def __init__(self, model: nn.Module, ds_engine: Any = None, model_parallel_size: int = 1) -> None:
         self.model = model
         self.model_parallel_size = model_parallel_size
-        self._snapshot: Optional[ModelSnapshot] = None
         self._hooks: Optional[_TrainingStepHooks] = None
         self._counts: Optional[tuple[FlopCountAnalysis, ActivationCountAnalysis]] = None
         self.ignore_modules: tuple[type, ...] = ()
@@ -302,7 +300,6 @@ class FlopsProfiler:
         """Start timing module calls, backward and optimizer steps; capture the next forward's inputs."""
         self.end_profile()
         self.ignore_modules = tuple(ignore_list or ())
-        self._snapshot = ModelSnapshot(self.model)
         device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
         self._hooks = _TrainingStepHooks(self.model, clock_for(device), module_aliases(self.model))
         self._hooks.install()
@@ -323,12 +320,11 @@ class FlopsProfiler:
         self._counts = None
 
     def end_profile(self) -> None:
-        """Stop and remove everything of the profiler from the model."""
+        """Stop and remove everything of the profiler from the model (its hooks: it adds nothing else;
+        what the training steps changed, parameters and batch-norm statistics, stays)."""
         if self._hooks is not None:
             self._hooks.remove()
-        if self._snapshot is not None:
-            self._snapshot.restore()
-        self._hooks, self._snapshot, self._counts = None, None, None
+        self._hooks, self._counts = None, None
 
     def _analyses(self) -> tuple[FlopCountAnalysis, ActivationCountAnalysis]:
         if self._counts is None:

@@ -199,15 +199,3 @@ class EagerOpRecord(OpRecord):
     @property
     def arg_names(self) -> Optional[tuple[str, ...]]:
         return self._arg_names
-
-    @classmethod
-    def from_schema(
-        cls, kind: str, inputs: Sequence[Any], outputs: Sequence[Any], scope: str = ""
-    ) -> "EagerOpRecord":
-        """A record whose argument names come from the registered schema of ``kind``
-        that takes as many arguments as given (the first such overload)."""
-        for schema in torch._C._jit_get_schemas_for_operator(kind):
-            names = [argument.name for argument in schema.arguments]
-            if "out" not in schema.overload_name and len(names) >= len(inputs):
-                return cls(kind, inputs, outputs, names, scope)
-        raise KeyError(f"no schema registered for {kind}")
