@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["jitflops", "jitflops.*"]),
     python_requires=">=3.10",
-    install_requires=["torch>=2.4", "tabulate>=0.10", "iopath>=0.1.9"],
+    install_requires=["torch>=2.4", "tabulate>=0.10", "iopath>=0.1.9", "tqdm"],  # tqdm: the progress bar; iopath needs it too
     extras_require={
         "test": ["pytest>=7", "fvcore==0.1.5.post20221221", "transformers>=4.50"],
     },

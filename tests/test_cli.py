@@ -129,3 +129,10 @@ def test_console_script_is_declared():
     scripts = {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")}
     assert scripts.get("jitflops") == "jitflops.cli:main"
     assert torch is not None and parameter_count is not None
+
+
+def test_progress_bar_on_long_runs_and_quiet_turns_it_off():
+    long_run = ["--example", "transformer", "--profile", "--repeats", "1500", "--format", "json"]
+    shown = jitflops(*long_run)
+    assert "timed:" in shown.stderr and "it/s" in shown.stderr
+    assert "timed:" not in jitflops(*long_run, "--quiet").stderr
