@@ -15,8 +15,8 @@ class ActivationCountAnalysis(JitModelAnalysis):
     """Activations (output elements of convolutions, matrix products, attention and recurrent
     layers) per module and per operator, by JIT trace. Every other known op counts zero."""
 
-    def __init__(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None) -> None:
-        super().__init__(model, inputs, kwargs)
+    def __init__(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None, **front_end: Any) -> None:
+        super().__init__(model, inputs, kwargs, **front_end)
         self.set_op_handle(**ACTIVATION_FORMULAS.handles())
 
     @classmethod

@@ -14,22 +14,25 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Number
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, TypeVar, Union
 
 from torch import nn
 
 from .errors import HandleError, JitflopsError
 from .handles import ELEMENTWISE_FLOP_FORMULAS, ZERO_COST_OPS, Handle, ShapeFormula
 from .handles.registry import as_counter
+from .dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from .model_io import ModelCall
-from .records import JitOpRecord
-from .scoped_trace import TRACER_WARNING_MODES, ScopedTrace, full_scope, trace_with_scopes
+from .op_source import OpSource
+from .records import BACKWARD, FORWARD, JitOpRecord, OpRecord
+from .scoped_trace import TRACER_WARNING_MODES, trace_with_scopes
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T", bound="JitModelAnalysis")
 
 ANCESTOR_MODES = ("owner", "caller")
+BACKENDS = ("jit", "dispatch")
 
 _CONTAINER_FORWARDS = tuple(cls.forward for cls in (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity))
 
@@ -42,6 +45,7 @@ class OpCount:
     kind: str
     handle: Handle
     count: float
+    phase: str = "forward"
 
 
 @dataclass(frozen=True)
@@ -88,23 +92,44 @@ class JitModelAnalysis:
     first request and cached; changing handles recomputes them from the cached trace.
     """
 
-    def __init__(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        inputs: Any,
+        kwargs: Optional[Mapping[str, Any]] = None,
+        *,
+        backend: str = "jit",
+        backward: Union[bool, BackwardFn] = False,
+    ) -> None:
         """
         Args:
             model: the model to analyse. It is traced, never modified.
             inputs: the positional arguments: a tensor, a tuple of arguments (any nesting of
                 tensors, lists, dicts and non-tensor values), or a mapping used as keyword arguments.
             kwargs: keyword arguments for the forward call.
+            backend: ``"jit"`` (default): count from the JIT trace, as fvcore does.
+                ``"dispatch"``: record the aten ops the model runs eagerly; follows data-dependent
+                control flow, any output, ``torch.compile``d models, and the backward pass.
+            backward: with the dispatch backend, also run and count the backward pass: ``True``
+                backpropagates from the sum of the model's floating-point outputs; a callable
+                receives the model's output and runs its own backward. Backward ops are counted
+                under ``backward.<op>`` keys, so ``by_phase()`` can tell the two passes apart.
         """
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backward and backend != "dispatch":
+            raise ValueError("counting the backward pass needs backend='dispatch' (a JIT trace holds the forward only)")
         self._model = model
         self._inputs = inputs
         self._kwargs = kwargs
+        self._backend = backend
+        self._backward: Optional[BackwardFn] = (default_backward if backward is True else backward) or None
         self._call = ModelCall.from_user(inputs, kwargs)
         self._named_modules: dict[str, nn.Module] = dict(model.named_modules(remove_duplicate=False))
         self._aliases = module_aliases(model)
         self._op_handles: dict[str, Handle] = {}
         self._ignored_ops: set[str] = set(self._default_ignored_ops())
-        self._trace: Optional[ScopedTrace] = None
+        self._trace: Optional[OpSource] = None
         self._stats: Optional[Statistics] = None
         self._warnings_emitted = False
         self.unsupported_ops_warnings(True)
@@ -130,6 +155,13 @@ class JitModelAnalysis:
     def by_module_and_operator(self) -> dict[str, typing.Counter[str]]:
         """The statistic per module (canonical names), then per operator."""
         return {name: Counter(ops) for name, ops in self._results().counts.items()}
+
+    def by_phase(self, module_name: str = "") -> typing.Counter[str]:
+        """The statistic of ``module_name`` split into ``forward`` and ``backward`` (dispatch backend)."""
+        phases: typing.Counter[str] = Counter()
+        for op, value in self._results().counts[self.canonical_module_name(module_name)].items():
+            phases[BACKWARD if op.startswith(BACKWARD + ".") else FORWARD] += value
+        return phases
 
     def by_module(self, emit_warnings: bool = True) -> typing.Counter[str]:
         """The statistic per module, summed over operators.
@@ -207,7 +239,10 @@ class JitModelAnalysis:
 
     def _new_like(self: T, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> T:
         """A fresh analysis of this class; subclasses with extra constructor settings override it."""
-        return type(self)(model, inputs, kwargs)
+        return type(self)(model, inputs, kwargs, **self._front_end_settings())
+
+    def _front_end_settings(self) -> dict[str, Any]:
+        return {"backend": self._backend, "backward": self._backward or False}
 
     def tracer_warnings(self: T, mode: str) -> T:
         """Which warnings to show while tracing: ``"all"``, ``"no_tracer_warning"`` (default) or ``"none"``."""
@@ -243,16 +278,23 @@ class JitModelAnalysis:
 
     def share_trace(self: T, other: "JitModelAnalysis") -> T:
         """Count from ``other``'s trace instead of tracing again (both must analyse the same call)."""
-        if other._model is not self._model or not other._call.is_same_call(self._call):
-            raise ValueError("share_trace needs an analysis of the same model and inputs")
+        if other._model is not self._model or not other._call.is_same_call(self._call) or other._front_end_settings() != self._front_end_settings():
+            raise ValueError("share_trace needs an analysis of the same model and inputs, with the same backend")
         self._trace = other.scoped_trace()
         self._stats = None
         return self
 
-    def scoped_trace(self) -> ScopedTrace:
-        """The model's scoped trace, taken on first use and kept."""
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    def scoped_trace(self) -> OpSource:
+        """The model's ops with their scopes (a JIT trace or a dispatch recording), taken on first use and kept."""
         if self._trace is None:
-            self._trace = trace_with_scopes(self._model, self._call, self._aliases, self._warn_trace)
+            if self._backend == "jit":
+                self._trace = trace_with_scopes(self._model, self._call, self._aliases, self._warn_trace)
+            else:
+                self._trace = record_with_dispatch(self._model, self._call, self._aliases, self._backward)
         return self._trace
 
     def _results(self, emit_warnings: bool = True) -> Statistics:
@@ -289,30 +331,26 @@ class JitModelAnalysis:
         return set(_ownership_ancestors(names[-1]))
 
     def _count_per_scope(
-        self, trace: ScopedTrace
+        self, trace: OpSource
     ) -> tuple[dict[str, typing.Counter[str]], dict[str, typing.Counter[str]], list[OpCount]]:
-        """Run the handles over the graph; counts keyed by each node's full scope string."""
+        """Run the handles over the front end's ops; counts keyed by each op's full scope string."""
         handles, ignored = self._op_handles, self._ignored_ops
         counts: dict[str, typing.Counter[str]] = {}
         unsupported: dict[str, typing.Counter[str]] = {}
         op_counts: list[OpCount] = []
-        for node in trace.graph.nodes():
-            kind = node.kind()
-            if kind.startswith("prim::"):
-                if kind == "prim::PythonOp":
-                    kind = f"prim::PythonOp.{node.pyname()}"
-                elif kind != "prim::CallFunction":
-                    continue
+        for kind, item in trace.operations():
             handle = handles.get(kind)
             if handle is None:
                 if kind not in ignored:
-                    scope = full_scope(node.scopeName())
-                    unsupported.setdefault(scope, Counter())[kind] += 1
+                    unsupported.setdefault(trace.scope_of(item), Counter())[kind] += 1
                 continue
-            scope = full_scope(node.scopeName())
+            scope = trace.scope_of(item)
             module = scope.rpartition("/")[2]
-            result = self._run_handle(handle, JitOpRecord(node, kind, module))
-            op_counts.append(OpCount(module, kind, handle, sum(result.values())))
+            record = trace.record(item, kind, module)
+            result = self._run_handle(handle, record)
+            if record.phase != FORWARD:
+                result = Counter({f"{record.phase}.{key}": value for key, value in result.items()})
+            op_counts.append(OpCount(module, kind, handle, sum(result.values()), record.phase))
             ops = counts.get(scope)
             if ops is None:
                 counts[scope] = result
@@ -321,7 +359,9 @@ class JitModelAnalysis:
         return counts, unsupported, op_counts
 
     @staticmethod
-    def _run_handle(handle: Handle, record: JitOpRecord) -> typing.Counter[str]:
+    def _run_handle(handle: Handle, record: OpRecord) -> typing.Counter[str]:
+        if not isinstance(handle, ShapeFormula) and not isinstance(record, JitOpRecord):
+            raise HandleError(record.kind, record.scope, "is an fvcore-style handle (it reads JIT values): use it with backend='jit', or write it as a ShapeFormula")
         try:
             result = handle.compute(record) if isinstance(handle, ShapeFormula) else handle(*record.jit_values())
         except JitflopsError:

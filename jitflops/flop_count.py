@@ -30,15 +30,17 @@ class FlopCountAnalysis(JitModelAnalysis):
         kwargs: Optional[Mapping[str, Any]] = None,
         *,
         elementwise: bool = False,
+        **front_end: Any,
     ) -> None:
-        super().__init__(model, inputs, kwargs)
+        """See :class:`JitModelAnalysis`; ``elementwise=True`` also counts elementwise ops."""
+        super().__init__(model, inputs, kwargs, **front_end)
         self._elementwise = elementwise
         self.set_op_handle(**FLOP_FORMULAS.handles())
         if elementwise:
             self.set_op_handle(**ELEMENTWISE_FLOP_FORMULAS.handles())
 
     def _new_like(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> "FlopCountAnalysis":
-        return type(self)(model, inputs, kwargs, elementwise=self._elementwise)
+        return type(self)(model, inputs, kwargs, elementwise=self._elementwise, **self._front_end_settings())
 
     @property
     def counts_elementwise(self) -> bool:

@@ -36,15 +36,20 @@ class TensorMeta:
         return math.prod(self.shape)
 
 
+FORWARD, BACKWARD = "forward", "backward"
+
+
 class OpRecord:
     """One operator call: its kind, the module scope it ran in and its decoded arguments.
 
     Subclasses supply ``inputs`` and ``outputs`` (decoded values) and ``arg_names``
-    (the schema's argument names, or None when the op has no schema).
+    (the schema's argument names, or None when the op has no schema). ``phase`` says whether the
+    op ran in the forward or the backward pass (the JIT front end only sees forwards).
     """
 
     kind: str
     scope: str
+    phase: str = FORWARD
 
     @property
     def inputs(self) -> Sequence[Any]:
@@ -181,9 +186,11 @@ class EagerOpRecord(OpRecord):
         outputs: Sequence[Any],
         arg_names: Optional[Sequence[str]] = None,
         scope: str = "",
+        phase: str = FORWARD,
     ) -> None:
         self.kind = kind
         self.scope = scope
+        self.phase = phase
         self._inputs = list(inputs)
         self._outputs = list(outputs)
         self._arg_names = tuple(arg_names) if arg_names is not None else None

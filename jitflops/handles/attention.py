@@ -11,6 +11,10 @@ math and memory-efficient kernels compute the full L x S product and mask it aft
 kernels skip whole blocks above the diagonal, which saves close to half only when L is much larger
 than the block size. The dense count is what every kernel is charged for the same shapes, matches
 ``torch.utils.flop_counter``, and is what papers report for attention layers.
+
+The dispatch front end sees the kernels (flash, memory-efficient, cuDNN, the CPU flash kernel),
+with the same ``query``/``key``/``value`` layout, and their backward: the gradients of query, key
+and value and of the attention weights are four products of the same sizes, twice the forward.
 """
 
 from __future__ import annotations
@@ -27,9 +31,22 @@ def attention_macs(query: tuple[int, ...], key: tuple[int, ...], value: tuple[in
     return prod(batch) * target_length * source_length * (head_dim + value_dim)
 
 
-@FLOP_FORMULAS.register("aten::scaled_dot_product_attention")
+ATTENTION_KERNELS = (
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+)
+
+
+@FLOP_FORMULAS.register("aten::scaled_dot_product_attention", *ATTENTION_KERNELS)
 def attention_flops(op: OpRecord) -> int:
     query, key, value = op.shape("query"), op.shape("key"), op.shape("value")
     if len(query) < 2 or key[-1] != query[-1] or key[-2] != value[-2]:
         raise OpShapeError(op.kind, op.scope, f"query {query}, key {key} and value {value} do not fit together")
     return attention_macs(query, key, value)
+
+
+@FLOP_FORMULAS.register(*(f"{kernel}_backward" for kernel in ATTENTION_KERNELS))
+def attention_backward_flops(op: OpRecord) -> int:
+    return 2 * attention_flops(op)

@@ -1,4 +1,8 @@
-"""Convolutions, plain, grouped and transposed, in any number of spatial dims (fvcore's formula)."""
+"""Convolutions, plain, grouped and transposed, in any number of spatial dims (fvcore's formula).
+
+Backward (dispatch front end): the gradient of the input and the gradient of the weight each cost
+what the forward costs; the bias gradient, a sum, is not counted.
+"""
 
 from __future__ import annotations
 
@@ -27,3 +31,10 @@ def convolution_flops(op: OpRecord) -> int:
 @FLOP_FORMULAS.register("aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", key="conv")
 def conv_transpose_flops(op: OpRecord) -> int:
     return conv_macs(op.shape("input"), op.shape("weight"), op.output_shape(), transposed=True)
+
+
+@FLOP_FORMULAS.register("aten::convolution_backward", key="conv")
+def convolution_backward_flops(op: OpRecord) -> int:
+    input_grad, weight_grad, _ = op.arg("output_mask")
+    forward = conv_macs(op.shape("input"), op.shape("weight"), op.shape("grad_output"), bool(op.arg("transposed")))
+    return forward * (int(bool(input_grad)) + int(bool(weight_grad)))

@@ -5,6 +5,9 @@ group, layer and instance norms cost 5 flops per element with an affine transfor
 (mean, subtract, variance, normalise, and the scale-shift); batch norm in inference mode is a fused
 scale-shift, 2 per element with affine and 1 without. ``rms_norm`` skips the mean subtraction:
 4 per element with a weight (square, accumulate, normalise, scale), 3 without.
+
+The dispatch front end sees the ``native_*`` forms of the same ops, and their backward, which is
+counted as twice the forward (the gradients of the input and of the affine parameters).
 """
 
 from __future__ import annotations
@@ -19,18 +22,40 @@ def _per_element(op: OpRecord, with_affine: int, without_affine: int) -> int:
     return prod(op.shape("input")) * (with_affine if has_affine else without_affine)
 
 
-@FLOP_FORMULAS.register("aten::batch_norm")
+def _training(op: OpRecord) -> bool:
+    """Batch norm normalises with batch statistics: ``training`` (``train`` in the backward); the
+    ``_no_training`` form has neither argument."""
+    for name in ("training", "train"):
+        if op.has_arg(name):
+            return bool(op.arg(name))
+    return False
+
+
+@FLOP_FORMULAS.register("aten::batch_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit_no_training")
 def batch_norm_flops(op: OpRecord) -> int:
-    if op.arg("training"):
-        return _per_element(op, 5, 4)
-    return _per_element(op, 2, 1)
+    return _per_element(op, 5, 4) if _training(op) else _per_element(op, 2, 1)
 
 
-@FLOP_FORMULAS.register("aten::group_norm", "aten::layer_norm", "aten::instance_norm")
+@FLOP_FORMULAS.register("aten::group_norm", "aten::layer_norm", "aten::instance_norm", "aten::native_group_norm", "aten::native_layer_norm")
 def normalization_flops(op: OpRecord) -> int:
     return _per_element(op, 5, 4)
 
 
-@FLOP_FORMULAS.register("aten::rms_norm")
+@FLOP_FORMULAS.register("aten::rms_norm", "aten::_fused_rms_norm")
 def rms_norm_flops(op: OpRecord) -> int:
     return _per_element(op, 4, 3)
+
+
+@FLOP_FORMULAS.register("aten::native_batch_norm_backward")
+def batch_norm_backward_flops(op: OpRecord) -> int:
+    return 2 * batch_norm_flops(op)
+
+
+@FLOP_FORMULAS.register("aten::native_layer_norm_backward", "aten::native_group_norm_backward")
+def normalization_backward_flops(op: OpRecord) -> int:
+    return 2 * normalization_flops(op)
+
+
+@FLOP_FORMULAS.register("aten::_fused_rms_norm_backward")
+def rms_norm_backward_flops(op: OpRecord) -> int:
+    return 2 * rms_norm_flops(op)

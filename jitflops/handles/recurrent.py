@@ -6,6 +6,10 @@ every weight matrix per token. So the count is ``tokens x sum of the weight matr
 from the weights themselves, which covers gates (4 for LSTM, 3 for GRU, 1 for RNN), stacked layers,
 bidirectional layers, projections and packed sequences alike. Biases and the gates' elementwise
 work are not counted.
+
+On the dispatch front end a layer runs as one kernel per layer and direction (``mkldnn_rnn_layer``
+on the CPU, ``_cudnn_rnn`` on a GPU); a backward costs twice its forward (gradients of the inputs
+and of the weights).
 """
 
 from __future__ import annotations
@@ -22,14 +26,31 @@ def _weight_matrix_elements(op: OpRecord, tensors: object) -> int:
     return sum(t.numel for t in tensors if len(t.shape) == 2)
 
 
-@FLOP_FORMULAS.register(
-    "aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu",
-)
-def recurrent_layer_flops(op: OpRecord) -> int:
-    """Tokens are all but the feature dim of the input (``data`` for packed sequences)."""
+def _tokens(op: OpRecord) -> int:
+    """All but the feature dim of the input (``data`` for packed sequences)."""
     sequence = op.shape("input") if op.has_arg("input") else op.shape("data")
-    tokens = prod(sequence[:-1])
-    return tokens * _weight_matrix_elements(op, op.arg("params"))
+    return prod(sequence[:-1])
+
+
+@FLOP_FORMULAS.register("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu")
+def recurrent_layer_flops(op: OpRecord) -> int:
+    return _tokens(op) * _weight_matrix_elements(op, op.arg("params"))
+
+
+@FLOP_FORMULAS.register("aten::_cudnn_rnn")
+def cudnn_rnn_flops(op: OpRecord) -> int:
+    return _tokens(op) * _weight_matrix_elements(op, op.arg("weight"))
+
+
+@FLOP_FORMULAS.register("aten::mkldnn_rnn_layer")
+def mkldnn_rnn_layer_flops(op: OpRecord) -> int:
+    """One layer and direction: ``weight0`` is ``w_ih``, ``weight1`` is ``w_hh``."""
+    return _tokens(op) * (prod(op.shape("weight0")) + prod(op.shape("weight1")))
+
+
+@FLOP_FORMULAS.register("aten::mkldnn_rnn_layer_backward")
+def mkldnn_rnn_layer_backward_flops(op: OpRecord) -> int:
+    return 2 * _tokens(op) * (prod(op.shape("weight1")) + prod(op.shape("weight2")))
 
 
 @FLOP_FORMULAS.register("aten::lstm_cell", "aten::gru_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell")

@@ -7,6 +7,9 @@
 * Interpolation weighs the neighbours of each output element: 1 for nearest, 2 for linear,
   4 for bilinear, 8 for trilinear and 16 for bicubic (fvcore counts 1 and 4 for its two 2-D modes).
 * ``grid_sampler`` likewise by its interpolation mode and rank (fvcore assumes bilinear: 4).
+
+Backward (dispatch front end): each gradient element goes back along the same windows and
+neighbours, so a backward costs what its forward costs.
 """
 
 from __future__ import annotations
@@ -19,9 +22,13 @@ from .shapes import prod
 @FLOP_FORMULAS.register(
     "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d",
     "aten::adaptive_max_pool1d", "aten::adaptive_max_pool2d", "aten::adaptive_max_pool3d",
+    "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d",
+    "aten::_adaptive_avg_pool2d_backward", "aten::_adaptive_avg_pool3d_backward",
+    "aten::adaptive_max_pool2d_backward", "aten::adaptive_max_pool3d_backward",
 )
 def adaptive_pool_flops(op: OpRecord) -> int:
-    return prod(op.operand_shape())
+    """The input (``self``; the backward's second argument) is read once."""
+    return prod(op.shape("self"))
 
 
 _POOL_SPATIAL_DIMS = {
@@ -31,14 +38,29 @@ _POOL_SPATIAL_DIMS = {
 }
 
 
-@FLOP_FORMULAS.register(*_POOL_SPATIAL_DIMS)
-def windowed_pool_flops(op: OpRecord) -> int:
+_POOL_BACKWARD_SPATIAL_DIMS = {
+    "aten::max_pool2d_with_indices_backward": 2, "aten::max_pool3d_with_indices_backward": 3,
+    "aten::avg_pool2d_backward": 2, "aten::avg_pool3d_backward": 3,
+}
+
+
+def _kernel_elements(op: OpRecord, spatial_dims: int) -> int:
     kernel = op.arg("kernel_size")
     if isinstance(kernel, int):
         kernel = [kernel]
     if len(kernel) == 1:
-        kernel = list(kernel) * _POOL_SPATIAL_DIMS[op.kind]
-    return op.output_numel() * prod(kernel)
+        kernel = list(kernel) * spatial_dims
+    return prod(kernel)
+
+
+@FLOP_FORMULAS.register(*_POOL_SPATIAL_DIMS)
+def windowed_pool_flops(op: OpRecord) -> int:
+    return op.output_numel() * _kernel_elements(op, _POOL_SPATIAL_DIMS[op.kind])
+
+
+@FLOP_FORMULAS.register(*_POOL_BACKWARD_SPATIAL_DIMS)
+def windowed_pool_backward_flops(op: OpRecord) -> int:
+    return prod(op.shape("grad_output")) * _kernel_elements(op, _POOL_BACKWARD_SPATIAL_DIMS[op.kind])
 
 
 def _interpolation(per_output_element: int):
@@ -46,6 +68,14 @@ def _interpolation(per_output_element: int):
         return op.output_numel() * per_output_element
 
     formula.__doc__ = f"{per_output_element} flop(s) per output element."
+    return formula
+
+
+def _interpolation_backward(per_output_element: int):
+    def formula(op: OpRecord) -> int:
+        return prod(op.shape("grad_output")) * per_output_element
+
+    formula.__doc__ = f"{per_output_element} flop(s) per element of the output gradient."
     return formula
 
 
@@ -58,6 +88,7 @@ for _kinds, _neighbours in (
     (("aten::upsample_bicubic2d", "aten::_upsample_bicubic2d_aa"), 16),
 ):
     FLOP_FORMULAS.register(*_kinds)(_interpolation(_neighbours))
+    FLOP_FORMULAS.register(*(f"{kind}_backward" for kind in _kinds))(_interpolation_backward(_neighbours))
 
 _GRID_SAMPLE_NEIGHBOURS = {  # (interpolation_mode, spatial dims) -> neighbours per output element
     (0, 2): 4, (1, 2): 1, (2, 2): 16,  # bilinear, nearest, bicubic

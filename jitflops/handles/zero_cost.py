@@ -40,5 +40,13 @@ ZERO_COST_OPS: frozenset[str] = _aten(
     "sort argsort topk unique unique_consecutive unique_dim searchsorted bucketize "
     # regularisation that is an identity at inference
     "dropout dropout_ feature_dropout feature_dropout_ alpha_dropout alpha_dropout_ "
-    "feature_alpha_dropout native_dropout"
+    "feature_alpha_dropout native_dropout "
+    # what the dispatch front end sees of the same, below autograd, and their backward forms
+    "_unsafe_view _to_copy _copy_from _copy_from_and_resize empty_strided new_empty_strided lift_fresh_copy "
+    "alias_copy view_copy expand_copy permute_copy t_copy transpose_copy unsqueeze_copy squeeze_copy "
+    "slice_copy select_copy split_copy unbind_copy _unsafe_index _unsafe_index_put _index_put_impl_ "
+    "slice_backward select_backward index_select_backward embedding_dense_backward embedding_backward "
+    "masked_fill_backward _unsafe_split as_strided_ as_strided_scatter slice_scatter select_scatter "
+    "diagonal_backward diagonal_scatter _reshape_copy sym_size sym_numel sym_stride is_same_size "
+    "_has_compatible_shallow_copy_type set_ resize_ _local_scalar_dense zero"
 )

@@ -1,0 +1,195 @@
+"""The dispatch front end: record the aten ops a model actually runs, forward and backward.
+
+A ``TorchDispatchMode`` sees every aten op that reaches the dispatcher, after autograd, so it
+follows data-dependent control flow, ``torch.compile``d models (their compiled kernels run as aten
+ops in eager fallback and are seen as such) and any output type, and it sees the backward pass.
+Torch's ``ModuleTracker`` says which modules are running, in the forward and, through autograd
+hooks, in the backward, where an op belongs to the modules whose forward created the gradient it
+computes. Each op becomes an :class:`~jitflops.records.EagerOpRecord` read by the same handles as
+the JIT's records.
+
+A few composite ops decompose, below autograd, into ops that cost something else under the
+counting convention: an adaptive average pool to one output becomes a ``mean``. Those are recorded
+one level up, where Python calls them (a ``TorchFunctionMode``), as the JIT records them, and what
+they decompose into is not recorded again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.module_tracker import ModuleTracker
+
+from .errors import TraceError
+from .model_guard import preserved
+from .model_io import ModelCall, tensor_leaves
+from .records import BACKWARD, FORWARD, EagerOpRecord, OpRecord, TensorMeta
+
+BackwardFn = Callable[[Any], None]
+"""Runs the backward pass from the model's output (by default: the sum of its float tensors)."""
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return TensorMeta(tuple(value.shape), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return [_decode(item) for item in value]
+    return value
+
+
+def _arguments(schema: Any, args: tuple, kwargs: dict) -> tuple[list[Any], tuple[str, ...]]:
+    """Positional and keyword arguments in schema order, defaults filled in."""
+    names = tuple(argument.name for argument in schema.arguments)
+    values = []
+    for index, argument in enumerate(schema.arguments):
+        if index < len(args):
+            values.append(_decode(args[index]))
+        elif argument.name in kwargs:
+            values.append(_decode(kwargs[argument.name]))
+        else:
+            values.append(_decode(argument.default_value) if argument.has_default_value() else None)
+    return values, names
+
+
+FUNCTION_LEVEL_OPS: dict[Callable[..., Any], str] = {
+    function: f"aten::adaptive_avg_pool{dims}d"
+    for dims, functions in (
+        (1, (F.adaptive_avg_pool1d, torch.adaptive_avg_pool1d)),
+        (2, (F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d)),
+        (3, (F.adaptive_avg_pool3d, torch._C._nn.adaptive_avg_pool3d)),
+    )
+    for function in functions
+}
+"""Composite ops recorded where Python calls them (the ``torch.nn.functional`` wrapper or the
+binding itself), with the aten schema of the same name."""
+
+
+def _schema_for(kind: str, arity: int) -> Any:
+    return next(s for s in torch._C._jit_get_schemas_for_operator(kind) if len(s.arguments) >= arity and "out" not in s.overload_name)
+
+
+class _OpRecorder(TorchDispatchMode):
+    def __init__(self, tracker: ModuleTracker, scope_of_name: Callable[[str], Optional[str]]) -> None:
+        super().__init__()
+        self.tracker = tracker
+        self.scope_of_name = scope_of_name
+        self.records: list[EagerOpRecord] = []
+        self.inside_function_level_op = 0
+        self._scope_cache: dict[frozenset[str], str] = {}
+
+    def add(self, schema: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        inputs, names = _arguments(schema, args, kwargs)
+        outputs = [_decode(value) for value in (output if isinstance(output, (list, tuple)) else (output,))]
+        phase = BACKWARD if self.tracker.is_bw else FORWARD
+        self.records.append(EagerOpRecord(schema.name, inputs, outputs, names, self._current_scope(), phase))
+
+    def _current_scope(self) -> str:
+        parents = frozenset(self.tracker.parents)
+        scope = self._scope_cache.get(parents)
+        if scope is None:
+            names = [self.scope_of_name(name) for name in sorted(parents, key=lambda name: (name.count("."), name))]
+            scope = "/".join([""] + [name for name in names if name])
+            self._scope_cache[parents] = scope
+        return scope
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        output = func(*args, **kwargs)
+        if not self.inside_function_level_op:
+            self.add(func._schema, args, kwargs, output)
+        return output
+
+
+class _FunctionLevelRecorder(TorchFunctionMode):
+    """Records the ops of :data:`FUNCTION_LEVEL_OPS` as called, and mutes what they decompose into."""
+
+    def __init__(self, ops: _OpRecorder) -> None:
+        super().__init__()
+        self.ops = ops
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        kind = FUNCTION_LEVEL_OPS.get(func)
+        if kind is None or self.ops.inside_function_level_op:
+            return func(*args, **kwargs)
+        self.ops.inside_function_level_op += 1
+        try:
+            output = func(*args, **kwargs)
+        finally:
+            self.ops.inside_function_level_op -= 1
+        self.ops.add(_schema_for(kind, len(args) + len(kwargs)), args, kwargs, output)
+        return output
+
+
+@dataclass(frozen=True)
+class DispatchTrace:
+    """The recorded ops of one forward (and backward) call: an op source for the engine."""
+
+    records: tuple[EagerOpRecord, ...]
+
+    def operations(self) -> Iterator[tuple[str, EagerOpRecord]]:
+        return ((record.kind, record) for record in self.records)
+
+    @staticmethod
+    def scope_of(record: EagerOpRecord) -> str:
+        return record.scope
+
+    @staticmethod
+    def record(record: EagerOpRecord, kind: str, module: str) -> OpRecord:
+        return EagerOpRecord(record.kind, record.inputs, record.outputs, record.arg_names, module, record.phase)
+
+    def scopes(self) -> Iterator[str]:
+        return iter(dict.fromkeys(record.scope for record in self.records))
+
+
+def default_backward(output: Any) -> None:
+    """Backward from the sum of every floating-point output that requires grad."""
+    losses = [t.float().sum() for t in tensor_leaves(output) if t.requires_grad and t.is_floating_point()]
+    if not losses:
+        raise ValueError("the model returned no floating-point tensor that requires grad: nothing to run backward from")
+    torch.stack(losses).sum().backward()
+
+
+def record_with_dispatch(
+    model: nn.Module,
+    call: ModelCall,
+    aliases: Mapping[Any, str],
+    backward: Optional[BackwardFn] = None,
+) -> DispatchTrace:
+    """Run ``model`` on ``call`` eagerly under a dispatch mode (and ``backward`` on its output).
+
+    The model comes back unchanged, gradients included: ``.grad`` of every parameter is put back.
+    """
+    root_type = type(model).__name__
+
+    def scope_of_name(tracker_name: str) -> Optional[str]:
+        """ModuleTracker names modules ``RootType.child.grandchild``; jitflops uses canonical names."""
+        if tracker_name == root_type:
+            return None  # the root is the "" every scope starts with
+        path = tracker_name[len(root_type) + 1:] if tracker_name.startswith(root_type + ".") else None
+        return aliases.get(path) if path is not None else None
+
+    parameters = list(model.parameters())
+    saved_grads = [p.grad for p in parameters]
+    tracker = ModuleTracker()
+    recorder = _OpRecorder(tracker, scope_of_name)
+    try:
+        with preserved(model), torch.set_grad_enabled(backward is not None), tracker, recorder, _FunctionLevelRecorder(recorder):
+            output = call.run(model)
+            if backward is not None:
+                backward(output)
+    except Exception as error:
+        running = [name for name in (scope_of_name(parent) for parent in tracker.parents) if name]
+        module = max(running, key=lambda name: name.count("."), default="")  # the innermost running module
+        failed = model.get_submodule(module) if module else model
+        raise TraceError(module, type(failed).__name__, error) from error
+    finally:
+        for parameter, grad in zip(parameters, saved_grads):
+            parameter.grad = grad
+    return DispatchTrace(tuple(recorder.records))

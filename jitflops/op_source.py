@@ -1,0 +1,24 @@
+"""What the counting engine reads from a front end (the JIT trace, or the dispatch recording)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Protocol
+
+from .records import OpRecord
+
+
+class OpSource(Protocol):
+    """The ops one forward (and backward) ran, with their module scopes.
+
+    Scopes are full paths of canonical module names from the root, joined by ``/``, the root being
+    ``""``: ``"/encoder/encoder.layer.0"``. ``operations`` yields ``(kind, item)`` cheaply; the
+    engine asks ``scope_of`` and ``record`` only for the ops it counts or reports.
+    """
+
+    def operations(self) -> Iterator[tuple[str, Any]]: ...
+
+    def scope_of(self, item: Any) -> str: ...
+
+    def record(self, item: Any, kind: str, module: str) -> OpRecord: ...
+
+    def scopes(self) -> Iterator[str]: ...
