@@ -23,6 +23,12 @@ def _latency(stats) -> str:
     return format_seconds(stats.median) + spread
 
 
+def _backward_macs(summary: ProfileSummary) -> str:
+    if summary.backward_macs is None:
+        return "N/A (not measured: 2 x fwd assumed, as DeepSpeed does)"
+    return f"{format_quantity(summary.backward_macs, 'MACs')} ({summary.backward_to_forward:.2f} x fwd; DeepSpeed assumes 2)"
+
+
 def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str) -> list[str]:
     mp = summary.parallel.model_parallel
     rows = [
@@ -35,11 +41,12 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
         ("fwd MACs per GPU", format_quantity(summary.macs, "MACs")),
         ("fwd flops per GPU", format_quantity(summary.flops)),
         ("fwd flops of model = fwd flops per GPU * mp_size", format_quantity(summary.flops * mp)),
+        ("bwd MACs per GPU (measured)", _backward_macs(summary)),
         ("fwd latency", _latency(summary.forward)),
         ("bwd latency", _latency(summary.backward)),
         ("fwd FLOPS per GPU = fwd flops per GPU / fwd latency", _or_na(summary.forward_flops_per_second, lambda v: format_quantity(v, "FLOPS"))),
-        ("bwd FLOPS per GPU = 2 * fwd flops per GPU / bwd latency", _or_na(summary.backward_flops_per_second, lambda v: format_quantity(v, "FLOPS"))),
-        ("fwd+bwd FLOPS per GPU = 3 * fwd flops per GPU / (fwd+bwd latency)", _or_na(summary.forward_backward_flops_per_second, lambda v: format_quantity(v, "FLOPS"))),
+        ("bwd FLOPS per GPU = bwd flops per GPU / bwd latency" if summary.backward_macs is not None else "bwd FLOPS per GPU = 2 * fwd flops per GPU / bwd latency", _or_na(summary.backward_flops_per_second, lambda v: format_quantity(v, "FLOPS"))),
+        ("fwd+bwd FLOPS per GPU = (fwd + bwd flops) / (fwd+bwd latency)", _or_na(summary.forward_backward_flops_per_second, lambda v: format_quantity(v, "FLOPS"))),
         ("step latency", _latency(summary.step)),
         ("iter latency", _or_na(summary.iteration_latency, format_seconds)),
         ("samples/second", _or_na(summary.samples_per_second, lambda v: f"{v:.2f}")),

@@ -164,7 +164,8 @@ def record_with_dispatch(
 ) -> DispatchTrace:
     """Run ``model`` on ``call`` eagerly under a dispatch mode (and ``backward`` on its output).
 
-    The model comes back unchanged, gradients included: ``.grad`` of every parameter is put back.
+    The model comes back unchanged, gradients included: the backward runs on fresh ``.grad``
+    fields, and every parameter's and input's ``.grad`` is put back afterwards.
     """
     root_type = type(model).__name__
 
@@ -175,8 +176,10 @@ def record_with_dispatch(
         path = tracker_name[len(root_type) + 1:] if tracker_name.startswith(root_type + ".") else None
         return aliases.get(path) if path is not None else None
 
-    parameters = list(model.parameters())
-    saved_grads = [p.grad for p in parameters]
+    leaves = list(model.parameters()) + [t for t in call.tensors() if t.requires_grad]
+    saved_grads = [t.grad for t in leaves]
+    for tensor in leaves:
+        tensor.grad = None  # the backward would add into an existing gradient in place
     tracker = ModuleTracker()
     recorder = _OpRecorder(tracker, scope_of_name)
     try:
@@ -190,6 +193,6 @@ def record_with_dispatch(
         failed = model.get_submodule(module) if module else model
         raise TraceError(module, type(failed).__name__, error) from error
     finally:
-        for parameter, grad in zip(parameters, saved_grads):
-            parameter.grad = grad
+        for tensor, grad in zip(leaves, saved_grads):
+            tensor.grad = grad
     return DispatchTrace(tuple(recorder.records))

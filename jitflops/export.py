@@ -68,6 +68,8 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "params": summary.params,
             "macs": summary.macs,
             "flops": summary.flops,
+            "backward_macs": summary.backward_macs,
+            "backward_to_forward": summary.backward_to_forward,
             "forward_latency": summary.forward.as_dict() if summary.forward else None,
             "backward_latency": summary.backward.as_dict() if summary.backward else None,
             "step_latency": summary.step.as_dict() if summary.step else None,

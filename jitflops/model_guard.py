@@ -2,8 +2,9 @@
 
 Taken before any analysis or profiling touches a model, a :class:`ModelSnapshot` remembers, for
 every submodule, its attributes, hooks, parameters, buffers (and their values), children and
-training flag; :meth:`ModelSnapshot.restore` puts all of it back. Used as a context manager it
-restores on success and on error alike.
+training flag; :meth:`ModelSnapshot.restore` puts all of it back. :func:`preserved` also forks the
+random number generators, so an extra forward (dropout in training mode) leaves the user's random
+sequence where it was. Used as a context manager it restores on success and on error alike.
 """
 
 from __future__ import annotations
@@ -70,11 +71,17 @@ class ModelSnapshot:
                     module._buffers[name].copy_(value)
 
 
+def _cuda_devices(model: nn.Module) -> list[int]:
+    return sorted({t.device.index or 0 for t in list(model.parameters()) + list(model.buffers()) if t.device.type == "cuda"})
+
+
 @contextmanager
 def preserved(model: nn.Module) -> Iterator[None]:
-    """Run the body, then restore ``model`` to the state it had before, also if the body raised."""
+    """Run the body, then restore ``model`` (and the random generators) to the state they had
+    before, also if the body raised."""
     snapshot = ModelSnapshot(model)
     try:
-        yield
+        with torch.random.fork_rng(devices=_cuda_devices(model)):
+            yield
     finally:
         snapshot.restore()

@@ -8,8 +8,9 @@ optimizer step timed by autograd and optimizer hooks (measured, not estimated).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -17,12 +18,16 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from .activation_count import ActivationCountAnalysis
 from .analysis import module_aliases
+from .dispatch_trace import BackwardFn
+from .errors import JitflopsError
 from .flop_count import FlopCountAnalysis
 from .formatting import format_quantity
 from .hierarchy import ModuleProfile, build_hierarchy
 from .model_io import ModelCall, tensor_leaves
 from .op_table import OpRow, op_table
 from .timing import Clock, LatencyCollector, LatencyStats, ModuleCallRecorder, Span, clock_for, model_device, time_modules
+
+logger = logging.getLogger(__name__)
 
 Progress = Callable[[Iterator[int], int, str], Iterator[int]]
 
@@ -54,6 +59,13 @@ class ProfileSummary:
     step: Optional[LatencyStats] = None
     timing_overhead: Optional[float] = None
     device: str = "cpu"
+    backward_macs: Optional[int] = None
+    """MACs of the backward pass, measured by the dispatch backend (None: not measured)."""
+
+    @property
+    def backward_to_forward(self) -> Optional[float]:
+        """The measured backward MACs over the forward's (DeepSpeed assumes 2)."""
+        return self.backward_macs / self.macs if self.backward_macs is not None and self.macs else None
 
     @property
     def iteration_latency(self) -> Optional[float]:
@@ -66,15 +78,19 @@ class ProfileSummary:
         return self.flops / self.forward.median if self.forward else None
 
     @property
+    def backward_flops(self) -> int:
+        """Measured (2 x backward MACs) when the backward was counted, else DeepSpeed's 2 x fwd FLOPs."""
+        return 2 * self.backward_macs if self.backward_macs is not None else 2 * self.flops
+
+    @property
     def backward_flops_per_second(self) -> Optional[float]:
-        """The backward pass does about twice the forward's work: 2 x fwd FLOPs / bwd latency."""
-        return 2 * self.flops / self.backward.median if self.backward else None
+        return self.backward_flops / self.backward.median if self.backward else None
 
     @property
     def forward_backward_flops_per_second(self) -> Optional[float]:
         if not (self.forward and self.backward):
             return None
-        return 3 * self.flops / (self.forward.median + self.backward.median)
+        return (self.flops + self.backward_flops) / (self.forward.median + self.backward.median)
 
     @property
     def samples_per_second(self) -> Optional[float]:
@@ -109,12 +125,19 @@ def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False) ->
     return flops, activations
 
 
+def measure_backward_macs(model: nn.Module, call: ModelCall, backward: Union[bool, BackwardFn] = True) -> int:
+    """MACs of the backward pass from the model's output, counted by the dispatch backend."""
+    analysis = FlopCountAnalysis(model, call.args, call.kwargs, backend="dispatch", backward=backward)
+    return analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).by_phase()["backward"]
+
+
 def profile_model(
     model: nn.Module,
     inputs: Any = (),
     kwargs: Optional[Mapping[str, Any]] = None,
     *,
     timed: bool = True,
+    backward: Union[bool, BackwardFn] = False,
     warm_up: int = 1,
     repeats: int = 5,
     with_ops: bool = False,
@@ -127,7 +150,9 @@ def profile_model(
 
     ``repeats`` timed iterations follow ``warm_up`` untimed ones (none with ``timed=False``:
     counts only, which also works on the meta device); with ``with_ops`` a further forward runs
-    under ``torch.profiler`` for the per-op table.
+    under ``torch.profiler`` for the per-op table. With ``backward`` (True, or a callable that runs
+    the backward from the output), the backward pass's MACs are measured by the dispatch backend
+    and reported beside the forward's.
     """
     call = ModelCall.from_user(inputs, kwargs)
     flops, activations = count_model(model, call, elementwise)
@@ -144,6 +169,7 @@ def profile_model(
         forward=timing.forward if timing else None,
         timing_overhead=timing.overhead if timing else None,
         device=str(model_device(model, call)),
+        backward_macs=measure_backward_macs(model, call, backward) if backward else None,
     )
     return ModelProfile(root, summary, flops.convention(), rows, timing.spans if timing else (), None, flops, activations)
 
@@ -285,9 +311,13 @@ class FlopsProfiler:
     passes and optimizer steps seen while profiling.
     """
 
-    def __init__(self, model: nn.Module, ds_engine: Any = None, model_parallel_size: int = 1) -> None:
+    def __init__(self, model: nn.Module, ds_engine: Any = None, model_parallel_size: int = 1, measure_backward: bool = True) -> None:
+        """``measure_backward``: also count the backward pass's MACs (dispatch backend, backward from
+        the sum of the model's outputs) instead of assuming twice the forward."""
         self.model = model
         self.model_parallel_size = model_parallel_size
+        self.measure_backward = measure_backward
+        self._backward_macs: Optional[int] = None
         self._hooks: Optional[_TrainingStepHooks] = None
         self._counts: Optional[tuple[FlopCountAnalysis, ActivationCountAnalysis]] = None
         self.ignore_modules: tuple[type, ...] = ()
@@ -333,9 +363,19 @@ class FlopsProfiler:
             self._hooks.paused = True  # the trace runs the forward once more: keep it out of the timings
             try:
                 self._counts = count_model(self.model, self._hooks.captured_call)
+                self._backward_macs = self._count_backward(self._hooks.captured_call)
             finally:
                 self._hooks.paused = False
         return self._counts
+
+    def _count_backward(self, call: ModelCall) -> Optional[int]:
+        if not self.measure_backward:
+            return None
+        try:
+            return measure_backward_macs(self.model, call)
+        except JitflopsError as error:  # e.g. an output that needs no gradient: fall back to DeepSpeed's 2x
+            logger.warning("backward MACs not measured (%s); assuming twice the forward", error)
+            return None
 
     def get_total_macs(self, as_string: bool = False) -> Any:
         macs = self.profile().summary.macs
@@ -373,6 +413,7 @@ class FlopsProfiler:
             backward=LatencyStats(tuple(hooks.backward)) if hooks.backward else None,
             step=LatencyStats(tuple(hooks.step)) if hooks.step else None,
             device=str(model_device(self.model, call)) if call else "cpu",
+            backward_macs=self._backward_macs,
         )
         return ModelProfile(root, summary, flops.convention(), (), hooks.modules.last_spans, step, flops, activations)
 

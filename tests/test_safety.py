@@ -114,3 +114,14 @@ def test_lstm_model_unchanged():
     before = _state(model)
     FlopCountAnalysis(model, torch.randint(0, 100, (2, 9))).total()
     _assert_same(before, _state(model))
+
+
+@pytest.mark.parametrize("backend", ["jit", "dispatch"])
+def test_random_state_is_untouched(backend):
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
+    x = torch.randn(2, 4)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    FlopCountAnalysis(model, x, backend=backend).total()
+    assert torch.equal(torch.rand(3), expected)

@@ -1,0 +1,141 @@
+"""The dispatch backend: same numbers as the JIT on the zoo, dynamic models, measured backward FLOPs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from jitflops import FlopCountAnalysis, HandleError, JitflopsError, TraceError
+from jitflops.examples import BUILTIN_EXAMPLES, ZOO, ConvNet, TinyTransformer
+
+from test_safety import _assert_same, _state
+
+pytest.importorskip("transformers")
+
+ZOO_MODELS = [name for name, example in ZOO.items() if "zoo" in example.tags] + list(BUILTIN_EXAMPLES)
+
+
+def _quiet(analysis):
+    return analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+
+
+@pytest.mark.parametrize("name", ZOO_MODELS)
+def test_both_backends_give_the_same_totals_and_per_module_numbers(name):
+    model, args, kwargs = {**ZOO, **BUILTIN_EXAMPLES}[name].instantiate()
+    jit = _quiet(FlopCountAnalysis(model, args, kwargs))
+    dispatch = _quiet(FlopCountAnalysis(model, args, kwargs, backend="dispatch"))
+    assert dispatch.total() == jit.total() > 0
+    assert dispatch.by_module() == jit.by_module()
+    assert dispatch.unsupported_ops() == {}
+
+
+class DataDependent(nn.Module):
+    """Runs ``grow`` until the activations are large: how often depends on the input's values."""
+
+    def __init__(self):
+        super().__init__()
+        self.grow = nn.Linear(8, 8, bias=False)
+        self.head = nn.Linear(8, 2)
+        with torch.no_grad():
+            self.grow.weight.copy_(2 * torch.eye(8))
+
+    def forward(self, x):
+        steps = 0
+        while x.abs().max() < 100:
+            x = self.grow(x)
+            steps += 1
+        return {"logits": self.head(x), "steps": steps, "note": "a string"}
+
+
+@pytest.mark.parametrize("scale, steps", [(1.0, 7), (30.0, 2)])
+def test_data_dependent_control_flow_counts_what_ran(scale, steps):
+    x = torch.full((3, 8), scale)
+    analysis = FlopCountAnalysis(DataDependent(), x, backend="dispatch")
+    assert analysis.total("grow") == steps * 3 * 8 * 8
+    assert analysis.total() == steps * 3 * 64 + 3 * 8 * 2
+
+
+def test_data_dependent_control_flow_under_the_jit_names_the_dispatch_backend(jitflops_log):
+    analysis = FlopCountAnalysis(DataDependent(), torch.full((3, 8), 1.0))
+    assert analysis.total("grow") == 7 * 3 * 64  # the traced path of this input
+    assert any("backend='dispatch'" in record.getMessage() and "Python values" in record.getMessage() for record in jitflops_log.records)
+
+
+class ReturnsPythonValues(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return {"best": self.fc(x).argmax(-1).tolist(), "done": True}
+
+
+def test_model_returning_no_tensor():
+    x = torch.randn(5, 8)
+    assert FlopCountAnalysis(ReturnsPythonValues(), x, backend="dispatch").total() == 5 * 8 * 4
+    with pytest.raises(JitflopsError, match=r"returned no tensor.*backend='dispatch'"):
+        FlopCountAnalysis(ReturnsPythonValues(), x).total()
+
+
+def test_compiled_model():
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    compiled = torch.compile(model)
+    x = torch.randn(2, 8)
+    with pytest.warns(UserWarning, match="global hooks"):  # torch's note about ModuleTracker's hooks
+        assert FlopCountAnalysis(compiled, x, backend="dispatch").total() == 2 * (8 * 16 + 16 * 4)
+    with pytest.raises(JitflopsError, match=r"torch.compile.*backend='dispatch'"):
+        FlopCountAnalysis(compiled, x).total()
+
+
+def test_backward_is_measured_and_attributed_to_modules():
+    model = ConvNet().train()
+    x = torch.randn(2, 3, 16, 16)
+    before = _state(model)
+    analysis = FlopCountAnalysis(model, x, backend="dispatch", backward=True)
+    forward, backward = analysis.by_phase()["forward"], analysis.by_phase()["backward"]
+    conv0, conv1 = 2 * 16 * 27 * 16 * 16, 2 * 32 * 16 * 9 * 8 * 8
+    ops = analysis.by_operator()
+    assert ops["conv"] == conv0 + conv1
+    assert ops["backward.conv"] == conv0 + 2 * conv1  # the first conv needs no input gradient
+    assert analysis.by_phase("head") == {"forward": 2 * 32 * 10, "backward": 2 * 2 * 32 * 10}  # input and weight gradients
+    assert analysis.by_operator("block.0") == {"conv": conv1, "backward.conv": 2 * conv1}
+    assert 1.5 < backward / forward < 2.0
+    _assert_same(before, _state(model))
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_backward_with_a_custom_loss_and_an_existing_gradient():
+    model = nn.Linear(4, 3)
+    model.weight.grad = torch.ones(3, 4)
+    x = torch.randn(5, 4, requires_grad=True)
+    analysis = FlopCountAnalysis(model, x, backend="dispatch", backward=lambda out: out.pow(2).mean().backward())
+    assert analysis.by_phase() == {"forward": 60, "backward": 120}  # input and weight gradients
+    assert torch.equal(model.weight.grad, torch.ones(3, 4)) and x.grad is None
+
+
+def test_backward_needs_the_dispatch_backend():
+    with pytest.raises(ValueError, match="backend='dispatch'"):
+        FlopCountAnalysis(nn.Linear(2, 2), torch.randn(1, 2), backward=True)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        FlopCountAnalysis(nn.Linear(2, 2), torch.randn(1, 2), backend="fx")
+
+
+def test_fvcore_style_handle_is_refused_clearly_on_dispatch():
+    analysis = FlopCountAnalysis(nn.Linear(4, 2), torch.randn(1, 4), backend="dispatch").set_op_handle("aten::addmm", lambda i, o: 1)
+    with pytest.raises(HandleError, match="fvcore-style handle"):
+        analysis.total()
+
+
+def test_dispatch_errors_name_the_module_and_restore_the_model():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(5, 2))).train()
+    before = _state(model)
+    with pytest.raises(TraceError, match=r"module '1\.0' \(Linear\)"):
+        FlopCountAnalysis(model, torch.randn(3, 4), backend="dispatch").total()
+    _assert_same(before, _state(model))
+
+
+def test_copy_keeps_the_backend():
+    analysis = FlopCountAnalysis(TinyTransformer(), torch.randint(0, 1000, (1, 8)), backend="dispatch", backward=True)
+    copied = analysis.copy(new_inputs=torch.randint(0, 1000, (1, 16)))
+    assert copied.backend == "dispatch" and copied.by_phase()["backward"] > 0
