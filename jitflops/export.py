@@ -13,7 +13,9 @@ The JSON document (``"schema": "jitflops.profile/1"``) holds:
   ``latency`` (median, mean, min, max, stdev, IQR in seconds, iterations, calls per iteration;
   null when not timed) and ``flops_per_second``;
 * ``ops``: the per-op rows (index, module, op, input_shapes, macs, flops, time_s, memory_before,
-  memory_after, memory_delta), empty unless the per-op table was asked for.
+  memory_after, memory_delta), empty unless the per-op table was asked for;
+* ``ranks``: in a multi-process run, each rank's own document (the modules above are then the
+  ranks gathered: counts summed, latency one sample per rank); empty otherwise.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from iopath.common.file_io import g_pathmgr as PathManager
 
+from .distributed import is_writer
 from .hierarchy import ModuleProfile
 from .op_table import OpRow
 from .profile import ModelProfile
@@ -36,7 +39,10 @@ SCHEMA = "jitflops.profile/1"
 
 
 def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file, then one rename)."""
+    """Write ``text`` to ``path`` atomically (temporary file, then one rename); in a multi-process
+    run only rank 0 writes."""
+    if not is_writer():
+        return
     temporary = f"{path}.partial-{os.getpid()}"
     try:
         with PathManager.open(temporary, "w") as stream:
@@ -82,6 +88,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
         },
         "modules": [_module_to_dict(node) for node in profile.root.walk()],
         "ops": [row.as_dict() for row in profile.op_rows],
+        "ranks": list(profile.ranks),
     }
 
 

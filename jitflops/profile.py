@@ -19,6 +19,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from .activation_count import ActivationCountAnalysis
 from .analysis import module_aliases
 from .dispatch_trace import BackwardFn
+from .distributed import gather_profile, is_writer
 from .errors import JitflopsError
 from .flop_count import FlopCountAnalysis
 from .formatting import format_quantity
@@ -110,6 +111,8 @@ class ModelProfile:
     step: Optional[int] = None
     flop_analysis: Optional[FlopCountAnalysis] = None
     activation_analysis: Optional[ActivationCountAnalysis] = None
+    ranks: tuple[dict[str, Any], ...] = ()
+    """In a multi-process run: each rank's own profile, as its JSON document (see ``distributed``)."""
 
 
 def batch_size_of(call: ModelCall) -> Optional[int]:
@@ -171,7 +174,7 @@ def profile_model(
         device=str(model_device(model, call)),
         backward_macs=measure_backward_macs(model, call, backward) if backward else None,
     )
-    return ModelProfile(root, summary, flops.convention(), rows, timing.spans if timing else (), None, flops, activations)
+    return gather_profile(ModelProfile(root, summary, flops.convention(), rows, timing.spans if timing else (), None, flops, activations))
 
 
 def get_model_profile(
@@ -207,7 +210,7 @@ def get_model_profile(
         parameter = next(model.parameters(), None)
         args = (torch.randn(*input_shape, device=parameter.device if parameter is not None else "cpu"),)
     profile = profile_model(model, tuple(args), dict(kwargs or {}), warm_up=warm_up, repeats=repeats, ignore_modules=tuple(ignore_modules or ()))
-    if print_profile:
+    if print_profile and is_writer():
         text = format_model_profile(profile, module_depth=module_depth, top_modules=top_modules, detailed=detailed)
         if output_file:
             write_text(output_file, text)
@@ -415,7 +418,7 @@ class FlopsProfiler:
             device=str(model_device(self.model, call)) if call else "cpu",
             backward_macs=self._backward_macs,
         )
-        return ModelProfile(root, summary, flops.convention(), (), hooks.modules.last_spans, step, flops, activations)
+        return gather_profile(ModelProfile(root, summary, flops.convention(), (), hooks.modules.last_spans, step, flops, activations))
 
     def print_model_profile(
         self,
@@ -429,6 +432,8 @@ class FlopsProfiler:
         from .export import write_text
 
         text = format_model_profile(self.profile(profile_step), module_depth=module_depth, top_modules=top_modules, detailed=detailed)
+        if not is_writer():
+            return
         if output_file:
             write_text(output_file, text)
         else:
