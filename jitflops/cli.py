@@ -227,6 +227,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, help="top modules per depth (profile) or rows (ops, csv)")
     parser.add_argument("--sort", default="order", choices=sorted(OP_SORT_KEYS), help="row order for --ops and csv output (memory: ops only)")
     parser.add_argument("--elementwise", action="store_true", help="count elementwise ops, activations and softmax")
+    parser.add_argument("--backend", default="jit", choices=["jit", "dispatch"], help="jit: fvcore's trace (default); dispatch: the ops as they run")
+    parser.add_argument("--backward", action="store_true", help="also measure the backward pass's MACs (runs the dispatch backend)")
     parser.add_argument("--format", default="table", choices=["table", "tree", "json", "csv"])
     parser.add_argument("--output", help="write the report to this file (atomically) instead of stdout")
     parser.add_argument("--trace", help="write a Chrome/Perfetto trace of the timed pass (with --profile)")
@@ -244,8 +246,8 @@ def run(args: argparse.Namespace) -> str:
     if args.trace and not args.profile:
         raise UsageError("--trace needs --profile (it records the timed pass)")
     timed = args.profile or args.ops
-    if args.device == "meta" and timed:
-        raise UsageError("the meta device has no data: --profile and --ops need cpu or cuda")
+    if args.device == "meta" and (timed or args.backward or args.backend == "dispatch"):
+        raise UsageError("the meta device has no data: --profile, --ops, --backward and --backend dispatch need cpu or cuda")
     try:
         device = torch.device(args.device)
     except RuntimeError:
@@ -264,6 +266,7 @@ def run(args: argparse.Namespace) -> str:
     profile = profile_model(
         model, positional, keywords, timed=args.profile, warm_up=args.warm_up, repeats=args.repeats,
         with_ops=args.ops, elementwise=args.elementwise, progress=_progress(args.quiet),
+        backend=args.backend, backward=args.backward,
     )
     if args.trace:
         write_text(args.trace, spans_to_chrome_trace(profile.spans))

@@ -121,10 +121,11 @@ def batch_size_of(call: ModelCall) -> Optional[int]:
     return None
 
 
-def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False) -> tuple[FlopCountAnalysis, ActivationCountAnalysis]:
+def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False, backend: str = "jit") -> tuple[FlopCountAnalysis, ActivationCountAnalysis]:
     """FLOPs and activations of one call, from a single trace. Only unsupported ops are warned about."""
-    flops = FlopCountAnalysis(model, call.args, call.kwargs, elementwise=elementwise).tracer_warnings("none").uncalled_modules_warnings(False)
-    activations = ActivationCountAnalysis(model, call.args, call.kwargs).share_trace(flops)
+    flops = FlopCountAnalysis(model, call.args, call.kwargs, elementwise=elementwise, backend=backend)
+    flops.tracer_warnings("none").uncalled_modules_warnings(False)
+    activations = ActivationCountAnalysis(model, call.args, call.kwargs, backend=backend).share_trace(flops)
     return flops, activations
 
 
@@ -140,6 +141,7 @@ def profile_model(
     kwargs: Optional[Mapping[str, Any]] = None,
     *,
     timed: bool = True,
+    backend: str = "jit",
     backward: Union[bool, BackwardFn] = False,
     warm_up: int = 1,
     repeats: int = 5,
@@ -153,12 +155,13 @@ def profile_model(
 
     ``repeats`` timed iterations follow ``warm_up`` untimed ones (none with ``timed=False``:
     counts only, which also works on the meta device); with ``with_ops`` a further forward runs
-    under ``torch.profiler`` for the per-op table. With ``backward`` (True, or a callable that runs
+    under ``torch.profiler`` for the per-op table. ``backend`` picks the counting front end
+    (``"jit"`` or ``"dispatch"``, see :class:`~jitflops.JitModelAnalysis`). With ``backward`` (True, or a callable that runs
     the backward from the output), the backward pass's MACs are measured by the dispatch backend
     and reported beside the forward's.
     """
     call = ModelCall.from_user(inputs, kwargs)
-    flops, activations = count_model(model, call, elementwise)
+    flops, activations = count_model(model, call, elementwise, backend)
     names = module_aliases(model)
     timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed else None
     rows = tuple(op_table(model, call, names, flops.op_counts())) if with_ops else ()

@@ -136,3 +136,10 @@ def test_progress_bar_on_long_runs_and_quiet_turns_it_off():
     shown = jitflops(*long_run)
     assert "timed:" in shown.stderr and "it/s" in shown.stderr
     assert "timed:" not in jitflops(*long_run, "--quiet").stderr
+
+
+def test_dispatch_backend_and_backward_from_the_command_line():
+    plain = json.loads(jitflops("--example", "convnet", "--format", "json", "--quiet").stdout)
+    dispatch = json.loads(jitflops("--example", "convnet", "--backend", "dispatch", "--backward", "--format", "json", "--quiet").stdout)
+    assert dispatch["summary"]["macs"] == plain["summary"]["macs"]
+    assert dispatch["summary"]["backward_macs"] > plain["summary"]["macs"] and plain["summary"]["backward_macs"] is None
