@@ -139,3 +139,16 @@ def test_copy_keeps_the_backend():
     analysis = FlopCountAnalysis(TinyTransformer(), torch.randint(0, 1000, (1, 8)), backend="dispatch", backward=True)
     copied = analysis.copy(new_inputs=torch.randint(0, 1000, (1, 16)))
     assert copied.backend == "dispatch" and copied.by_phase()["backward"] > 0
+
+
+def test_training_mode_transformer_backward_has_no_unknown_op():
+    import transformers
+
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+    model = transformers.BertModel(config).train()  # attention dropout: the math kernel, with its own softmax
+    ids = torch.randint(0, 100, (2, 8))
+    analysis = FlopCountAnalysis(model, ids, backend="dispatch", backward=True)
+    phases = analysis.by_phase()
+    assert analysis.unsupported_ops() == {}
+    assert phases["forward"] == FlopCountAnalysis(model.eval(), ids).total()
+    assert phases["backward"] == 2 * phases["forward"]  # every product, norm and attention needs both gradients

@@ -115,7 +115,12 @@ def test_training_loop_profile_measures_backward_and_step():
     assert profiler.get_total_flops() == 2 * macs  # asking twice does not double
     assert profiler.get_total_params() == sum(p.numel() for p in model.parameters())
     assert profiler.get_total_duration() == summary.forward.median
+    expected_backward = FlopCountAnalysis(model, IDS, backend="dispatch", backward=True).by_phase()["backward"]
+    assert summary.backward_macs == expected_backward and summary.backward_to_forward == 2.0  # every product and norm needs both gradients
+    assert summary.backward_flops_per_second == pytest.approx(2 * expected_backward / summary.backward.median)
+    assert f"({summary.backward_to_forward:.2f} x fwd; DeepSpeed assumes 2)" in format_model_profile(profiler.profile(1))
     profiler.end_profile()
+    assert profile_model(model, IDS, repeats=1, backward=True).summary.backward_macs == expected_backward
 
 
 def test_profiling_twice_does_not_double_and_reset_clears():
@@ -187,20 +192,3 @@ def test_cuda_timed_pass_and_profile():
     assert any(row.memory_delta > 0 for row in profile.op_rows)
     assert sum(row.macs or 0 for row in profile.op_rows) == profile.summary.macs
 
-
-def test_backward_macs_are_measured_in_both_profiles():
-    model = TinyTransformer().train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    profiler = FlopsProfiler(model)
-    _train(model, optimizer, steps=2, profiler=profiler)
-    summary = profiler.profile(1).summary
-    forward = FlopCountAnalysis(model, IDS)
-    expected = FlopCountAnalysis(model, IDS, backend="dispatch", backward=True).by_phase()["backward"]
-    assert summary.backward_macs == expected and summary.macs == forward.total()
-    assert summary.backward_to_forward == 2.0  # every product and norm here needs both its gradients
-    assert summary.backward_flops_per_second == pytest.approx(2 * expected / summary.backward.median)
-    text = format_model_profile(profiler.profile(1))
-    assert f"({summary.backward_to_forward:.2f} x fwd; DeepSpeed assumes 2)" in text
-    profiler.end_profile()
-    one_call = profile_model(model, IDS, repeats=1, backward=True).summary
-    assert one_call.backward_macs == expected

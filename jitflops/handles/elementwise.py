@@ -42,7 +42,7 @@ REDUCTION_OPS = _with_inplace(
     "sum mean nansum nanmean var std var_mean std_mean norm linalg_vector_norm frobenius_norm amax amin "
     "max min aminmax prod logsumexp cumsum cumprod all any argmax argmin count_nonzero"
 )
-SOFTMAX_OPS = _with_inplace("softmax log_softmax _softmax _log_softmax _softmax_backward_data _log_softmax_backward_data")
+SOFTMAX_OPS = _with_inplace("softmax log_softmax _softmax _log_softmax _safe_softmax _softmax_backward_data _log_softmax_backward_data")
 
 
 @ELEMENTWISE_FLOP_FORMULAS.register(*POINTWISE_OPS)
