@@ -1,9 +1,10 @@
-"""The counting engine: trace once, run handles over the op records, aggregate per module.
+"""The counting engine: record once, run handles over the op records, aggregate per module.
 
 :class:`JitModelAnalysis` has fvcore's API and semantics (lazy, cached results; chainable
-settings; owner/caller ancestor modes). Data flows one way: the scoped trace is taken once and
-kept; records are read from its nodes; handles turn records into counts per scope; counts are
-then summed up the module hierarchy once per distinct scope, not once per op.
+settings; owner/caller ancestor modes). Data flows one way: a front end (the scoped JIT trace, or
+the dispatch recording) runs the model once and is kept; records are read from its ops; handles
+turn records into counts per scope; counts are then summed up the module hierarchy once per
+distinct scope, not once per op.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from typing import Any, Optional, TypeVar, Union
 
 from torch import nn
 
+from .dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from .errors import HandleError, JitflopsError
 from .handles import ELEMENTWISE_FLOP_FORMULAS, ZERO_COST_OPS, Handle, ShapeFormula
 from .handles.registry import as_counter
-from .dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from .model_io import ModelCall
 from .op_source import OpSource
 from .records import BACKWARD, FORWARD, JitOpRecord, OpRecord

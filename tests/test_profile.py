@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-import jitflops
 from jitflops import FlopCountAnalysis, FlopsProfiler, format_model_profile, get_model_profile, profile_model, time_model
 from jitflops.examples import ConvNet, TinyTransformer
 

@@ -7,7 +7,17 @@ jitflops has a convention for, counted or not.
 
 from __future__ import annotations
 
-from . import activations, attention, convolution, einsum, elementwise, linear_algebra, normalization, recurrent, resampling
+from . import (  # noqa: F401  importing each op family registers its formulas
+    activations,
+    attention,
+    convolution,
+    einsum,
+    elementwise,
+    linear_algebra,
+    normalization,
+    recurrent,
+    resampling,
+)
 from .registry import (
     ACTIVATION_FORMULAS,
     ELEMENTWISE_FLOP_FORMULAS,
