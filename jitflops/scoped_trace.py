@@ -145,7 +145,7 @@ def trace_with_scopes(
     if data_dependent:
         first = data_dependent[0]
         logger.warning(
-            "the model turned tensors into Python values during the trace (%d times, first at %s:%d): where that "
+            "the model turned tensors into Python values during the trace (%d time(s), first at %s:%d): where that "
             "decided control flow, the count is for this input's path only; to count what runs for each input, %s",
             len(data_dependent), first.filename, first.lineno, USE_DISPATCH,
         )
