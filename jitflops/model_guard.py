@@ -52,7 +52,8 @@ class ModelSnapshot:
 
     @staticmethod
     def _take(module: nn.Module) -> _ModuleState:
-        containers = {name: _copy_container(getattr(module, name)) for name in _MODULE_DICTS if hasattr(module, name)}
+        # Most hook containers are empty: only non-empty ones are copied, the others are emptied on restore.
+        containers = {name: _copy_container(live) for name in _MODULE_DICTS if (live := getattr(module, name, None))}
         buffers = {name: buffer.detach().clone() for name, buffer in module._buffers.items() if buffer is not None}
         return _ModuleState(module, module.training, frozenset(vars(module)), containers, buffers)
 
@@ -61,10 +62,12 @@ class ModelSnapshot:
             module = state.module
             for name in set(vars(module)) - state.attributes:
                 delattr(module, name)
-            for name, saved in state.containers.items():
-                live = getattr(module, name)
-                live.clear()
-                live.update(saved)
+            for name in _MODULE_DICTS:
+                live = getattr(module, name, None)
+                saved = state.containers.get(name)
+                if live or saved:
+                    live.clear()
+                    live.update(saved or ())
             module.training = state.training
             with torch.no_grad():  # kernels such as batch norm update buffers without bumping their version
                 for name, value in state.buffer_values.items():
@@ -72,6 +75,8 @@ class ModelSnapshot:
 
 
 def _cuda_devices(model: nn.Module) -> list[int]:
+    if not torch.cuda.is_available():
+        return []
     return sorted({t.device.index or 0 for t in list(model.parameters()) + list(model.buffers()) if t.device.type == "cuda"})
 
 

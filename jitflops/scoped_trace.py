@@ -15,6 +15,7 @@ from the exception's traceback instead.
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from dataclasses import dataclass
@@ -69,7 +70,11 @@ class ScopedTrace:
 
     def scopes(self) -> Iterator[str]:
         """Every distinct full scope of the graph's nodes, root first: ``"/a/a.b"``."""
-        return iter(dict.fromkeys(full_scope(node.scopeName()) for node in self.graph.nodes()))
+        return iter(self._distinct_scopes)
+
+    @functools.cached_property
+    def _distinct_scopes(self) -> tuple[str, ...]:
+        return tuple(full_scope(name) for name in dict.fromkeys(node.scopeName() for node in self.graph.nodes()))
 
 
 def full_scope(scope_name: str) -> str:
