@@ -9,7 +9,9 @@ When ``torch.distributed`` is initialised, every rank profiles its own share of 
 * parameters stay per rank (DeepSpeed's "params per GPU"), as does the summary;
 * each rank's own profile stays available, as a JSON document, in ``ModelProfile.ranks``.
 
-Only rank 0 prints profiles and writes files.
+Only rank 0 prints profiles and writes files. Gathering is a collective call: every rank must ask
+for the same profiles (``profile_model``, ``FlopsProfiler.profile``/``print_model_profile``/
+``get_total_*``), as with any ``torch.distributed`` collective.
 """
 
 from __future__ import annotations
