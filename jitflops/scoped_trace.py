@@ -16,11 +16,11 @@ from the exception's traceback instead.
 from __future__ import annotations
 
 import functools
-import logging
+import inspect
 import warnings
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Iterator, Mapping, Optional
+from types import FrameType, TracebackType
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import torch
 import torch.jit._trace as jit_trace
@@ -31,8 +31,6 @@ from .errors import JitflopsError, TraceError
 from .model_guard import preserved
 from .model_io import FlatCall, ModelCall
 from .records import JitOpRecord, OpRecord
-
-logger = logging.getLogger(__name__)
 
 TRACER_WARNING_MODES = ("all", "no_tracer_warning", "none")
 
@@ -82,15 +80,29 @@ def full_scope(scope_name: str) -> str:
     return "/" + scope_name if scope_name else ""
 
 
-def _innermost_module(traceback: Optional[TracebackType], names: Mapping[nn.Module, str]) -> Optional[nn.Module]:
-    """The deepest frame of the traceback that runs a method of one of the model's modules."""
-    found = None
-    while traceback is not None:
-        owner = traceback.tb_frame.f_locals.get("self")
+def _innermost_module(frames: Iterable[FrameType], names: Mapping[nn.Module, str]) -> Optional[nn.Module]:
+    """The first of ``frames`` (innermost first) that runs a method of one of the model's modules."""
+    for frame in frames:
+        owner = frame.f_locals.get("self")
         if isinstance(owner, nn.Module) and owner in names:
-            found = owner
+            return owner
+    return None
+
+
+def _traceback_frames(traceback: Optional[TracebackType]) -> list[FrameType]:
+    """The frames of a traceback, innermost first."""
+    frames = []
+    while traceback is not None:
+        frames.append(traceback.tb_frame)
         traceback = traceback.tb_next
-    return found
+    return frames[::-1]
+
+
+def _stack_frames(frame: Optional[FrameType]) -> Iterator[FrameType]:
+    """The running frames from ``frame`` outwards."""
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
 
 
 USE_DISPATCH = "use FlopCountAnalysis(..., backend='dispatch'), which records the ops as they run"
@@ -104,13 +116,52 @@ def _is_compiled(model: nn.Module) -> bool:
     return isinstance(model, OptimizedModule)
 
 
-def _python_value_warnings(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
-    """Tracer warnings that a tensor became a Python value in the user's own code (not in a library)."""
-    return [
-        w for w in caught
-        if issubclass(w.category, TracerWarning) and "Converting a tensor to a Python" in str(w.message)
-        and "site-packages" not in w.filename and "dist-packages" not in w.filename
-    ]
+_SHAPE_SOURCES = frozenset({"aten::size", "aten::sizes", "aten::numel", "aten::dim", "prim::Constant"})
+
+
+def _depends_on_data(value_producer: "torch._C.Node") -> bool:
+    """Whether a node's result is computed from tensor data (a graph input reached without passing
+    through a shape query), rather than from shapes and constants alone."""
+    pending, seen = [value_producer], set()
+    while pending:
+        node = pending.pop()
+        if node.kind() == "prim::Param":
+            return True
+        if node.kind() in _SHAPE_SOURCES or id(node) in seen:
+            continue
+        seen.add(id(node))
+        pending.extend(value.node() for value in node.inputs())
+    return False
+
+
+class _TraceWarnings:
+    """Collects what the trace warns about, and notes where Python code turned a tensor's *data*
+    into a Python value (a branch, a loop bound, an index), which a trace cannot follow.
+
+    The tracer warns when a tensor becomes a Python value, for shape arithmetic
+    (``if x.shape[1] > 3``) and data (``if x.sum() > 0``) alike. At that moment the tensor being
+    converted was the last one traced, so walking back from the graph's last node tells the two apart.
+    """
+
+    def __init__(self, names: Mapping[nn.Module, str]) -> None:
+        self.names = names
+        self.caught: list[warnings.WarningMessage] = []
+        self.data_dependent: list[tuple[str, int, str]] = []
+
+    def __call__(self, message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        self.caught.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
+        state = torch._C._get_tracing_state()
+        if state is None or not issubclass(category, TracerWarning) or "Converting a tensor to a Python" not in str(message):
+            return
+        if _depends_on_data(state.graph().return_node().prev()):
+            module = _innermost_module(_stack_frames(inspect.currentframe()), self.names)
+            self.data_dependent.append((filename, lineno, self.names[module] if module is not None else ""))
+
+    def replay(self, mode: str) -> None:
+        """Show the warnings raised while tracing, filtered by the tracer-warning mode."""
+        for caught in self.caught:
+            if mode == "all" or (mode == "no_tracer_warning" and not issubclass(caught.category, TracerWarning)):
+                warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
 
 
 def trace_with_scopes(
@@ -129,36 +180,34 @@ def trace_with_scopes(
     traced = model.module if isinstance(model, _WRAPPERS) else model
     scope_names = {module: aliases[module] for module in traced.modules()}
     previous_map = jit_trace._trace_module_map
-    with preserved(model), warnings.catch_warnings(record=True) as caught, torch.no_grad():
+    collected = _TraceWarnings(scope_names)
+    with preserved(model), warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("always", TracerWarning)
+        warnings.showwarning = collected
         runner = FlatCall(traced, call)
         jit_trace._trace_module_map = scope_names
         try:
             graph, _ = torch.jit._get_trace_graph(runner, runner.flat_inputs())
         except Exception as error:
-            failed = _innermost_module(error.__traceback__, scope_names) or model
+            failed = _innermost_module(_traceback_frames(error.__traceback__), scope_names) or model
             raise TraceError(aliases[failed], type(failed).__name__, error) from error
         finally:
             jit_trace._trace_module_map = previous_map
-    _replay_warnings(caught, tracer_warnings)
+    collected.replay(tracer_warnings)
+    if collected.data_dependent:
+        filename, lineno, module = collected.data_dependent[0]
+        raise TraceError(
+            module,
+            type(model.get_submodule(module)).__name__ if module else type(model).__name__,
+            JitflopsError(
+                f"its Python control flow depends on tensor values ({filename}:{lineno}, {len(collected.data_dependent)} "
+                f"place(s)): a JIT trace follows one path and bakes the values in; {USE_DISPATCH}"
+            ),
+        )
     if not runner.returned_tensors:
         raise JitflopsError(
             "the model returned no tensor, and a JIT trace keeps only the ops that produce its tensor outputs, "
             f"so nothing would be counted: {USE_DISPATCH}"
         )
-    data_dependent = _python_value_warnings(caught)
-    if data_dependent:
-        first = data_dependent[0]
-        logger.warning(
-            "the model turned tensors into Python values during the trace (%d time(s), first at %s:%d): where that "
-            "decided control flow, the count is for this input's path only; to count what runs for each input, %s",
-            len(data_dependent), first.filename, first.lineno, USE_DISPATCH,
-        )
     return ScopedTrace(graph)
 
-
-def _replay_warnings(caught: list[warnings.WarningMessage], mode: str) -> None:
-    """Show the warnings raised while tracing, filtered by the tracer-warning mode."""
-    for message in caught:
-        if mode == "all" or (mode == "no_tracer_warning" and not issubclass(message.category, TracerWarning)):
-            warnings.warn_explicit(message.message, message.category, message.filename, message.lineno)

@@ -56,10 +56,26 @@ def test_data_dependent_control_flow_counts_what_ran(scale, steps):
     assert analysis.total() == steps * 3 * 64 + 3 * 8 * 2
 
 
-def test_data_dependent_control_flow_under_the_jit_names_the_dispatch_backend(jitflops_log):
-    analysis = FlopCountAnalysis(DataDependent(), torch.full((3, 8), 1.0))
-    assert analysis.total("grow") == 7 * 3 * 64  # the traced path of this input
-    assert any("backend='dispatch'" in record.getMessage() and "Python values" in record.getMessage() for record in jitflops_log.records)
+def test_data_dependent_control_flow_under_the_jit_names_the_dispatch_backend():
+    model = DataDependent()
+    before = _state(model)
+    with pytest.raises(TraceError, match=r"root module .*control flow depends on tensor values \(.*test_dispatch.py:\d+.*backend='dispatch'"):
+        FlopCountAnalysis(model, torch.full((3, 8), 1.0)).total()
+    _assert_same(before, _state(model))
+
+
+def test_shape_dependent_control_flow_is_fine_under_the_jit():
+    class ShapeDependent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            if x.shape[0] > 2 and x.size(-1) == 8:
+                x = self.fc(x)
+            return self.fc(x).view(x.shape[0] * 2, -1)
+
+    assert FlopCountAnalysis(ShapeDependent(), torch.randn(3, 8)).total() == 2 * 3 * 64
 
 
 class ReturnsPythonValues(nn.Module):
@@ -71,11 +87,24 @@ class ReturnsPythonValues(nn.Module):
         return {"best": self.fc(x).argmax(-1).tolist(), "done": True}
 
 
+class ReturnsNothingUseful(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        self.fc(x)
+        return "done"
+
+
 def test_model_returning_no_tensor():
     x = torch.randn(5, 8)
     assert FlopCountAnalysis(ReturnsPythonValues(), x, backend="dispatch").total() == 5 * 8 * 4
+    with pytest.raises(JitflopsError, match=r"control flow depends on tensor values.*backend='dispatch'"):
+        FlopCountAnalysis(ReturnsPythonValues(), x).total()  # .tolist() turns data into Python values
+    assert FlopCountAnalysis(ReturnsNothingUseful(), x, backend="dispatch").total() == 5 * 8 * 4
     with pytest.raises(JitflopsError, match=r"returned no tensor.*backend='dispatch'"):
-        FlopCountAnalysis(ReturnsPythonValues(), x).total()
+        FlopCountAnalysis(ReturnsNothingUseful(), x).total()
 
 
 def test_compiled_model():
