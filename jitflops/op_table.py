@@ -21,6 +21,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 from .analysis import OpCount
+from .records import FORWARD
 from .handles import FLOP_FORMULAS, Handle, ShapeFormula
 from .model_guard import preserved
 from .model_io import ModelCall
@@ -109,17 +110,35 @@ def _family(kind: str, handle: Optional[Handle], formulas: Mapping[str, ShapeFor
     return formula.compute if formula is not None else kind
 
 
-def _match_counts(rows: list[tuple[str, str]], op_counts: tuple[OpCount, ...]) -> list[Optional[float]]:
-    """For each (module, op) row, the count of the next unmatched traced op of the same family in that module."""
+def _match_counts(rows: list[tuple[str, list[str]]], op_counts: tuple[OpCount, ...]) -> list[Optional[float]]:
+    """For each row, the count of the next unmatched counted op of the same family in that module.
+
+    A row is a module and the names of a top-level op and of the ops it ran, outermost first: the
+    op itself matches when it was counted as such (the JIT's ``aten::linear``), otherwise the ops it
+    ran (the dispatch backend's ``aten::addmm`` under ``aten::linear``) are matched and added up.
+    """
     formulas = FLOP_FORMULAS.handles()
     pending: dict[tuple[str, object], deque[float]] = defaultdict(deque)
     for count in op_counts:
-        pending[(count.module, _family(count.kind, count.handle, formulas))].append(count.count)
+        if count.phase == FORWARD:
+            pending[(count.module, _family(count.kind, count.handle, formulas))].append(count.count)
     matched: list[Optional[float]] = []
-    for module, op in rows:
+    for module, (op, *inner_ops) in rows:
         queue = pending.get((module, _family(op, None, formulas)))
-        matched.append(queue.popleft() if queue else None)
+        if queue:
+            matched.append(queue.popleft())
+            continue
+        inner = [pending[key].popleft() for key in ((module, _family(name, None, formulas)) for name in inner_ops) if pending.get(key)]
+        matched.append(sum(inner) if inner else None)
     return matched
+
+
+def _descendant_names(event: Any) -> list[str]:
+    names = []
+    for child in event.cpu_children:
+        names.append(child.name)
+        names.extend(_descendant_names(child))
+    return names
 
 
 def op_table(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], op_counts: tuple[OpCount, ...]) -> list[OpRow]:
@@ -147,7 +166,7 @@ def op_table(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], 
     memory_events.sort()
     times = [time for time, _ in memory_events]
     running = list(itertools.accumulate((delta for _, delta in memory_events), initial=start_memory))
-    counts = _match_counts([(module, event.name) for event, module in ops], op_counts)
+    counts = _match_counts([(module, [event.name, *_descendant_names(event)]) for event, module in ops], op_counts)
     rows = []
     for index, ((event, module), macs) in enumerate(zip(ops, counts)):
         seconds = (event.device_time_total if device.type == "cuda" else event.cpu_time_total) / 1e6

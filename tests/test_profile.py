@@ -168,10 +168,11 @@ def test_shared_module_counted_once_in_the_profile():
     assert names.count("left.0") == 1 and "right.0" not in names
 
 
-def test_per_op_table_rows():
+@pytest.mark.parametrize("backend", ["jit", "dispatch"])
+def test_per_op_table_rows(backend):
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     x = torch.randn(8, 16)
-    profile = profile_model(model, x, repeats=1, with_ops=True)
+    profile = profile_model(model, x, repeats=1, with_ops=True, backend=backend)
     rows = profile.op_rows
     assert [(r.module, r.op) for r in rows] == [("0", "aten::linear"), ("1", "aten::relu"), ("2", "aten::linear")]
     assert [r.macs for r in rows] == [8 * 16 * 32, None, 8 * 32 * 4]
