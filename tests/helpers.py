@@ -1,4 +1,4 @@
-"""Test helpers: wrap a function as a module, count it, and build fvcore-ready wrappers."""
+"""Test helpers: wrap a function as a module, count it, build fvcore-ready wrappers, compare model states."""
 
 from __future__ import annotations
 
@@ -43,3 +43,30 @@ class FvcoreReady(nn.Module):
         if self.keyword_names:
             return tensor_leaves(self.model(**dict(zip(self.keyword_names, args))))
         return tensor_leaves(self.model(*args))
+
+
+def model_state(model: nn.Module) -> dict:
+    """Everything an analysis could disturb, for comparison before and after."""
+    return {
+        name: (
+            type(module),
+            module.training,
+            sorted(vars(module)),
+            {k: len(getattr(module, k)) for k in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_forward_hooks_with_kwargs")},
+            {k: (id(v), v.detach().clone()) for k, v in module._parameters.items() if v is not None},
+            {k: (id(v), v.detach().clone()) for k, v in module._buffers.items() if v is not None},
+        )
+        for name, module in model.named_modules()
+    }
+
+
+def assert_same_state(before: dict, after: dict) -> None:
+    assert before.keys() == after.keys()
+    for name in before:
+        *plain_before, params_before, buffers_before = before[name]
+        *plain_after, params_after, buffers_after = after[name]
+        assert plain_before == plain_after, name
+        for old, new in ((params_before, params_after), (buffers_before, buffers_after)):
+            assert old.keys() == new.keys()
+            for key in old:
+                assert old[key][0] == new[key][0] and torch.equal(old[key][1], new[key][1]), f"{name}.{key}"

@@ -9,7 +9,7 @@ from torch import nn
 from jitflops import FlopCountAnalysis, HandleError, JitflopsError, TraceError
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO, ConvNet, TinyTransformer
 
-from test_safety import _assert_same, _state
+from helpers import assert_same_state, model_state
 
 pytest.importorskip("transformers")
 
@@ -58,10 +58,10 @@ def test_data_dependent_control_flow_counts_what_ran(scale, steps):
 
 def test_data_dependent_control_flow_under_the_jit_names_the_dispatch_backend():
     model = DataDependent()
-    before = _state(model)
+    before = model_state(model)
     with pytest.raises(TraceError, match=r"root module .*control flow depends on tensor values \(.*test_dispatch.py:\d+.*backend='dispatch'"):
         FlopCountAnalysis(model, torch.full((3, 8), 1.0)).total()
-    _assert_same(before, _state(model))
+    assert_same_state(before, model_state(model))
 
 
 def test_shape_dependent_control_flow_is_fine_under_the_jit():
@@ -120,7 +120,7 @@ def test_compiled_model():
 def test_backward_is_measured_and_attributed_to_modules():
     model = ConvNet().train()
     x = torch.randn(2, 3, 16, 16)
-    before = _state(model)
+    before = model_state(model)
     analysis = FlopCountAnalysis(model, x, backend="dispatch", backward=True)
     forward, backward = analysis.by_phase()["forward"], analysis.by_phase()["backward"]
     conv0, conv1 = 2 * 16 * 27 * 16 * 16, 2 * 32 * 16 * 9 * 8 * 8
@@ -130,7 +130,7 @@ def test_backward_is_measured_and_attributed_to_modules():
     assert analysis.by_phase("head") == {"forward": 2 * 32 * 10, "backward": 2 * 2 * 32 * 10}  # input and weight gradients
     assert analysis.by_operator("block.0") == {"conv": conv1, "backward.conv": 2 * conv1}
     assert 1.5 < backward / forward < 2.0
-    _assert_same(before, _state(model))
+    assert_same_state(before, model_state(model))
     assert all(p.grad is None for p in model.parameters())
 
 
@@ -158,10 +158,10 @@ def test_fvcore_style_handle_is_refused_clearly_on_dispatch():
 
 def test_dispatch_errors_name_the_module_and_restore_the_model():
     model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(5, 2))).train()
-    before = _state(model)
+    before = model_state(model)
     with pytest.raises(TraceError, match=r"module '1\.0' \(Linear\)"):
         FlopCountAnalysis(model, torch.randn(3, 4), backend="dispatch").total()
-    _assert_same(before, _state(model))
+    assert_same_state(before, model_state(model))
 
 
 def test_copy_keeps_the_backend():

@@ -11,7 +11,7 @@ from torch import nn
 from jitflops import FlopCountAnalysis, FlopsProfiler, format_model_profile, get_model_profile, profile_model, time_model
 from jitflops.examples import ConvNet, TinyTransformer
 
-from test_safety import _assert_same, _state
+from helpers import assert_same_state, model_state
 
 IDS = torch.randint(0, 1000, (2, 16))
 
@@ -138,7 +138,7 @@ def test_profiling_twice_does_not_double_and_reset_clears():
 
 def test_end_profile_leaves_nothing_even_after_an_exception():
     model = TinyTransformer().train()
-    before = _state(model)
+    before = model_state(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     profiler = FlopsProfiler(model)
     with pytest.raises(RuntimeError, match="data loader broke"):
@@ -146,7 +146,7 @@ def test_end_profile_leaves_nothing_even_after_an_exception():
             _train(model, optimizer, steps=3, profiler=profiler, profile_step=1, raise_at=2)
         finally:
             profiler.end_profile()
-    _assert_same(before, _state(model))
+    assert_same_state(before, model_state(model))
     assert not profiler.started
 
 

@@ -9,32 +9,7 @@ from torch import nn
 from jitflops import ActivationCountAnalysis, FlopCountAnalysis, HandleError, TraceError, flop_count_table
 from jitflops.examples import ConvNet, LSTMTagger
 
-
-def _state(model: nn.Module) -> dict:
-    """Everything an analysis could disturb, for comparison before and after."""
-    return {
-        name: (
-            type(module),
-            module.training,
-            sorted(vars(module)),
-            {k: len(getattr(module, k)) for k in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_forward_hooks_with_kwargs")},
-            {k: (id(v), v.detach().clone()) for k, v in module._parameters.items() if v is not None},
-            {k: (id(v), v.detach().clone()) for k, v in module._buffers.items() if v is not None},
-        )
-        for name, module in model.named_modules()
-    }
-
-
-def _assert_same(before: dict, after: dict) -> None:
-    assert before.keys() == after.keys()
-    for name in before:
-        *plain_before, params_before, buffers_before = before[name]
-        *plain_after, params_after, buffers_after = after[name]
-        assert plain_before == plain_after, name
-        for old, new in ((params_before, params_after), (buffers_before, buffers_after)):
-            assert old.keys() == new.keys()
-            for key in old:
-                assert old[key][0] == new[key][0] and torch.equal(old[key][1], new[key][1]), f"{name}.{key}"
+from helpers import assert_same_state, model_state
 
 
 class Broken(nn.Module):
@@ -50,18 +25,18 @@ class Broken(nn.Module):
 @pytest.mark.parametrize("training", [True, False])
 def test_model_unchanged_after_success_in_both_modes(training):
     model = ConvNet().train(training)
-    before = _state(model)
+    before = model_state(model)
     flop_count_table(FlopCountAnalysis(model, torch.randn(2, 3, 8, 8)), activations=ActivationCountAnalysis(model, torch.randn(2, 3, 8, 8)))
-    _assert_same(before, _state(model))  # batch-norm running stats included
+    assert_same_state(before, model_state(model))  # batch-norm running stats included
 
 
 def test_wrong_input_shape_names_the_module_and_leaves_the_model_alone():
     model = Broken().train()
-    before = _state(model)
+    before = model_state(model)
     with pytest.raises(TraceError, match=r"module 'inner\.1' \(Linear\).*mat1 and mat2 shapes cannot be multiplied") as caught:
         FlopCountAnalysis(model, torch.randn(3, 4)).total()
     assert caught.value.scope == "inner.1"
-    _assert_same(before, _state(model))
+    assert_same_state(before, model_state(model))
 
 
 def test_forward_that_raises_and_mutates_is_restored():
@@ -79,10 +54,10 @@ def test_forward_that_raises_and_mutates_is_restored():
             raise ValueError("boom")
 
     model = Mutating().train()
-    before = _state(model)
+    before = model_state(model)
     with pytest.raises(TraceError, match="root module .*ValueError: boom"):
         FlopCountAnalysis(model, torch.randn(2, 4)).total()
-    _assert_same(before, _state(model))
+    assert_same_state(before, model_state(model))
     assert not hasattr(model, "seen") and model.training
 
 
@@ -111,9 +86,9 @@ def test_bad_kwargs_type():
 
 def test_lstm_model_unchanged():
     model = LSTMTagger().train()
-    before = _state(model)
+    before = model_state(model)
     FlopCountAnalysis(model, torch.randint(0, 100, (2, 9))).total()
-    _assert_same(before, _state(model))
+    assert_same_state(before, model_state(model))
 
 
 @pytest.mark.parametrize("backend", ["jit", "dispatch"])
