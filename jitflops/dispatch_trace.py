@@ -79,7 +79,8 @@ class _OpRecorder(TorchDispatchMode):
         super().__init__()
         self.tracker = tracker
         self.scope_of_name = scope_of_name
-        self.records: list[EagerOpRecord] = []
+        self.records: list[tuple[str, EagerOpRecord]] = []
+        """Each op with its full scope path (``"/a/a.b"``); the record's own scope is the innermost module."""
         self.inside_function_level_op = 0
         self._scope_cache: dict[frozenset[str], str] = {}
 
@@ -87,7 +88,8 @@ class _OpRecorder(TorchDispatchMode):
         inputs, names = _arguments(schema, args, kwargs)
         outputs = [_decode(value) for value in (output if isinstance(output, (list, tuple)) else (output,))]
         phase = BACKWARD if self.tracker.is_bw else FORWARD
-        self.records.append(EagerOpRecord(schema.name, inputs, outputs, names, self._current_scope(), phase))
+        path = self._current_scope()
+        self.records.append((path, EagerOpRecord(schema.name, inputs, outputs, names, path.rpartition("/")[2], phase)))
 
     def _current_scope(self) -> str:
         parents = frozenset(self.tracker.parents)
@@ -129,23 +131,24 @@ class _FunctionLevelRecorder(TorchFunctionMode):
 
 @dataclass(frozen=True)
 class DispatchTrace:
-    """The recorded ops of one forward (and backward) call: an op source for the engine."""
+    """The recorded ops of one forward (and backward) call, each with its full scope path: an op
+    source for the engine."""
 
-    records: tuple[EagerOpRecord, ...]
+    records: tuple[tuple[str, EagerOpRecord], ...]
 
-    def operations(self) -> Iterator[tuple[str, EagerOpRecord]]:
-        return ((record.kind, record) for record in self.records)
-
-    @staticmethod
-    def scope_of(record: EagerOpRecord) -> str:
-        return record.scope
+    def operations(self) -> Iterator[tuple[str, tuple[str, EagerOpRecord]]]:
+        return ((record.kind, (path, record)) for path, record in self.records)
 
     @staticmethod
-    def record(record: EagerOpRecord, kind: str, module: str) -> OpRecord:
-        return EagerOpRecord(record.kind, record.inputs, record.outputs, record.arg_names, module, record.phase)
+    def scope_of(item: tuple[str, EagerOpRecord]) -> str:
+        return item[0]
+
+    @staticmethod
+    def record(item: tuple[str, EagerOpRecord], kind: str, module: str) -> OpRecord:
+        return item[1]
 
     def scopes(self) -> Iterator[str]:
-        return iter(dict.fromkeys(record.scope for record in self.records))
+        return iter(dict.fromkeys(path for path, _ in self.records))
 
 
 def default_backward(output: Any) -> None:

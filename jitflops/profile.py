@@ -63,6 +63,19 @@ class ProfileSummary:
     backward_macs: Optional[int] = None
     """MACs of the backward pass, measured by the dispatch backend (None: not measured)."""
 
+    @classmethod
+    def of(cls, root: ModuleProfile, model: nn.Module, call: Optional[ModelCall], model_parallel_size: int, **measured: Any) -> "ProfileSummary":
+        """The summary of a counted module tree; ``measured`` holds the latencies and backward MACs."""
+        return cls(
+            parallel=ParallelSizes.current(model_parallel_size),
+            batch_size=batch_size_of(call) if call else None,
+            params=root.params,
+            macs=root.macs,
+            flops=root.flops,
+            device=str(model_device(model, call)) if call else "cpu",
+            **measured,
+        )
+
     @property
     def backward_to_forward(self) -> Optional[float]:
         """The measured backward MACs over the forward's (DeepSpeed assumes 2)."""
@@ -166,15 +179,10 @@ def profile_model(
     timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed else None
     rows = tuple(op_table(model, call, names, flops.op_counts())) if with_ops else ()
     root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules)
-    summary = ProfileSummary(
-        parallel=ParallelSizes.current(model_parallel_size),
-        batch_size=batch_size_of(call),
-        params=root.params,
-        macs=root.macs,
-        flops=root.flops,
+    summary = ProfileSummary.of(
+        root, model, call, model_parallel_size,
         forward=timing.forward if timing else None,
         timing_overhead=timing.overhead if timing else None,
-        device=str(model_device(model, call)),
         backward_macs=measure_backward_macs(model, call, backward) if backward else None,
     )
     return gather_profile(ModelProfile(root, summary, flops.convention(), rows, timing.spans if timing else (), None, flops, activations))
@@ -323,9 +331,8 @@ class FlopsProfiler:
         self.model = model
         self.model_parallel_size = model_parallel_size
         self.measure_backward = measure_backward
-        self._backward_macs: Optional[int] = None
         self._hooks: Optional[_TrainingStepHooks] = None
-        self._counts: Optional[tuple[FlopCountAnalysis, ActivationCountAnalysis]] = None
+        self._counts: Optional[tuple[FlopCountAnalysis, ActivationCountAnalysis, Optional[int]]] = None
         self.ignore_modules: tuple[type, ...] = ()
 
     @property
@@ -362,14 +369,15 @@ class FlopsProfiler:
             self._hooks.remove()
         self._hooks, self._counts = None, None
 
-    def _analyses(self) -> tuple[FlopCountAnalysis, ActivationCountAnalysis]:
+    def _analyses(self) -> tuple[FlopCountAnalysis, ActivationCountAnalysis, Optional[int]]:
+        """FLOPs, activations and backward MACs of the captured call, counted once."""
         if self._counts is None:
             if self._hooks is None or self._hooks.captured_call is None:
                 raise RuntimeError("no forward pass was profiled: call start_profile() and run the model first")
             self._hooks.paused = True  # the trace runs the forward once more: keep it out of the timings
             try:
-                self._counts = count_model(self.model, self._hooks.captured_call)
-                self._backward_macs = self._count_backward(self._hooks.captured_call)
+                call = self._hooks.captured_call
+                self._counts = (*count_model(self.model, call), self._count_backward(call))
             finally:
                 self._hooks.paused = False
         return self._counts
@@ -403,23 +411,17 @@ class FlopsProfiler:
 
     def profile(self, step: Optional[int] = None) -> ModelProfile:
         """Everything measured so far, as a :class:`ModelProfile`."""
-        flops, activations = self._analyses()
+        flops, activations, backward_macs = self._analyses()
         hooks = self._hooks
         assert hooks is not None  # _analyses() checked it
         timings = hooks.modules.stats()
         root = build_hierarchy(self.model, flops, activations, timings, self.ignore_modules)
-        call = hooks.captured_call
-        summary = ProfileSummary(
-            parallel=ParallelSizes.current(self.model_parallel_size),
-            batch_size=batch_size_of(call) if call else None,
-            params=root.params,
-            macs=root.macs,
-            flops=root.flops,
+        summary = ProfileSummary.of(
+            root, self.model, hooks.captured_call, self.model_parallel_size,
             forward=timings.get(""),
             backward=LatencyStats(tuple(hooks.backward)) if hooks.backward else None,
             step=LatencyStats(tuple(hooks.step)) if hooks.step else None,
-            device=str(model_device(self.model, call)) if call else "cpu",
-            backward_macs=self._backward_macs,
+            backward_macs=backward_macs,
         )
         return gather_profile(ModelProfile(root, summary, flops.convention(), (), hooks.modules.last_spans, step, flops, activations))
 

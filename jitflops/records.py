@@ -99,7 +99,6 @@ class OpRecord:
         outputs = self.outputs
         return self._require_shape(outputs[index] if index < len(outputs) else None, f"output {index}")
 
-
     def output_numel(self) -> int:
         return math.prod(self.output_shape())
 
