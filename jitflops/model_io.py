@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 import torch
 from torch import nn
@@ -77,9 +78,11 @@ def tensor_leaves(value: Any) -> tuple[torch.Tensor, ...]:
 class FlatCall(nn.Module):
     """Calls ``model`` with a :class:`ModelCall` whose tensors are given as flat positional arguments."""
 
-    def __init__(self, model: nn.Module, call: ModelCall) -> None:
+    def __init__(self, model: nn.Module, call: ModelCall, around_model: Callable[[], ContextManager[Any]] = nullcontext) -> None:
+        """``around_model`` gives a context entered around the model's call, when the call runs (inside a trace)."""
         super().__init__()
         self.model = model
+        self._around_model = around_model
         self._leaves, self._spec = pytree.tree_flatten((call.args, call.kwargs))
         self._tensor_positions = [i for i, leaf in enumerate(self._leaves) if isinstance(leaf, torch.Tensor)]
         self.returned_tensors: bool | None = None
@@ -93,6 +96,7 @@ class FlatCall(nn.Module):
         for position, tensor in zip(self._tensor_positions, tensors):
             leaves[position] = tensor
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
-        outputs = tensor_leaves(self.model(*args, **kwargs))
+        with self._around_model():
+            outputs = tensor_leaves(self.model(*args, **kwargs))
         self.returned_tensors = bool(outputs)
         return outputs

@@ -1,23 +1,31 @@
 """Trace a model's aten graph with the module scope of every node.
 
-While tracing, ``nn.Module.__call__`` pushes a tracer scope named after each module listed in
-torch's ``torch.jit._trace._trace_module_map`` (the mechanism ``torch.jit.trace_module`` and the
-ONNX exporter use), so each node of the graph carries the chain of module names that were running
-(``node.scopeName()``, names joined by ``/``). jitflops fills that map with the canonical module
-names for the duration of the trace, and puts back what was there before.
+While tracing, ``nn.Module.__call__`` calls the tracer's ``push_scope``/``pop_scope`` for each
+module listed in torch's ``torch.jit._trace._trace_module_map`` (the mechanism
+``torch.jit.trace_module`` and the ONNX exporter use). jitflops fills that map with the canonical
+module names for the duration of the trace, and puts back what was there before.
 
-Why not forward pre/post hooks that push and pop the scopes (as fvcore does)? For every node it
-records, the tracer walks the whole Python stack to note the source location; a hook adds a frame at
-every module level, so hooks cost up to 20% of the trace on deep models (measured with
-``tools/bench.py``). Without hooks, the module that was running when something failed is found
-from the exception's traceback instead.
+Two costs are avoided, both measured with ``tools/bench.py`` and py-spy:
+
+* Forward hooks (fvcore's way to push scopes) make ``nn.Module.__call__`` take its slow path, which
+  adds a Python frame at every module level; the tracer walks the whole Python stack for every node
+  it records, so deeper stacks cost up to 20% of the trace. The map adds no frame.
+* The tracer's own ``push_scope`` opens a nested block per module call, and torch inlines those
+  blocks after the trace, cloning every node once per nesting level (10-20% of the trace on deep
+  models). For the duration of the trace, this trace's ``TracingState`` object instead gets
+  ``push_scope``/``pop_scope`` attributes that shadow those methods and append marker nodes
+  (``prim::Enter``, ``prim::Exit``: kinds the JIT keeps through dead-code elimination) to the flat
+  graph. One pass over the graph then gives each node its scope and removes the markers.
+
+Without hooks, the module that was running when something failed is found from the exception's
+traceback instead.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, Iterable, Iterator, Mapping, Optional
@@ -37,47 +45,111 @@ TRACER_WARNING_MODES = ("all", "no_tracer_warning", "none")
 _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 
+_ENTER_SCOPE, _EXIT_SCOPE = "prim::Enter", "prim::Exit"
+_SCOPE_MARKERS = (_ENTER_SCOPE, _EXIT_SCOPE)
+_SCOPE_ATTRIBUTE = "scope"
+
+TracedOp = tuple["torch._C.Node", str]
+"""An op node of the graph and its full scope."""
+
+
 @dataclass(frozen=True)
 class ScopedTrace:
-    """A traced graph whose nodes know their module scope: an op source for the engine.
+    """A traced graph whose op nodes know their module scope: an op source for the engine.
 
-    ``operations()`` yields ``(kind, node)`` for every op node (graph bookkeeping, the ``prim::``
-    nodes other than Python ops and calls, is skipped); ``scope_of`` and ``record`` are only asked
-    for the nodes the engine counts, so the rest cost next to nothing.
+    ``operations()`` yields ``(kind, (node, scope))`` for every op node (graph bookkeeping, the
+    ``prim::`` nodes other than Python ops and calls, is skipped); ``record`` is only asked for the
+    nodes the engine counts, so the rest cost next to nothing.
     """
 
     graph: "torch._C.Graph"
+    ops: tuple[tuple[str, TracedOp], ...]
+    distinct_scopes: tuple[str, ...]
 
-    def operations(self) -> Iterator[tuple[str, "torch._C.Node"]]:
-        for node in self.graph.nodes():
+    @classmethod
+    def read(cls, graph: "torch._C.Graph") -> "ScopedTrace":
+        """Give every node of a fresh trace its scope, from the scope markers around it (or from the
+        tracer's own scope where there are none), and remove the markers from the graph."""
+        ops: list[tuple[str, TracedOp]] = []
+        scopes: dict[str, None] = {}
+        markers = []
+        open_scopes = [""]
+        for node in graph.nodes():
             kind = node.kind()
+            if kind in _SCOPE_MARKERS:
+                markers.append(node)
+                if kind == _ENTER_SCOPE:
+                    open_scopes.append(f"{open_scopes[-1]}/{node.s(_SCOPE_ATTRIBUTE)}")
+                else:
+                    open_scopes.pop()
+                continue
+            scope = open_scopes[-1] if len(open_scopes) > 1 else full_scope(node.scopeName())
+            scopes[scope] = None
             if kind.startswith("prim::"):
                 if kind == "prim::PythonOp":  # a custom autograd.Function: named after its class, as in fvcore
                     kind = f"prim::PythonOp.{node.pyname()}"
                 elif kind != "prim::CallFunction":
                     continue
-            yield kind, node
+            ops.append((kind, (node, scope)))
+        for marker in markers:
+            marker.destroy()
+        return cls(graph, tuple(ops), tuple(scopes))
+
+    def operations(self) -> Iterator[tuple[str, TracedOp]]:
+        return iter(self.ops)
 
     @staticmethod
-    def scope_of(node: "torch._C.Node") -> str:
-        return full_scope(node.scopeName())
+    def scope_of(op: TracedOp) -> str:
+        return op[1]
 
     @staticmethod
-    def record(node: "torch._C.Node", kind: str, module: str) -> OpRecord:
-        return JitOpRecord(node, kind, module)
+    def record(op: TracedOp, kind: str, module: str) -> OpRecord:
+        return JitOpRecord(op[0], kind, module)
 
     def scopes(self) -> Iterator[str]:
         """Every distinct full scope of the graph's nodes, root first: ``"/a/a.b"``."""
-        return iter(self._distinct_scopes)
-
-    @functools.cached_property
-    def _distinct_scopes(self) -> tuple[str, ...]:
-        return tuple(full_scope(name) for name in dict.fromkeys(node.scopeName() for node in self.graph.nodes()))
+        return iter(self.distinct_scopes)
 
 
 def full_scope(scope_name: str) -> str:
     """The node's scope with the root module (``""``) in front, as fvcore's scopes read: ``"/a/a.b"``."""
     return "/" + scope_name if scope_name else ""
+
+
+@contextmanager
+def _scopes_as_markers() -> Iterator[None]:
+    """Inside a trace: record the module scopes ``nn.Module`` pushes as marker nodes in the flat graph.
+
+    The attributes shadow the methods on this trace's ``TracingState`` object only; pybind11 hands
+    out that same object for as long as it is alive. Should it not, the tracer's own scopes are left
+    to work (at their cost), and :meth:`ScopedTrace.read` reads those instead.
+    """
+    state = torch._C._get_tracing_state()
+    if state is None or torch._C._get_tracing_state() is not state:
+        yield
+        return
+    graph = state.graph()
+
+    def push_scope(name: str) -> None:
+        marker = graph.create(_ENTER_SCOPE, 0)
+        marker.s_(_SCOPE_ATTRIBUTE, name)
+        graph.insertNode(marker)
+
+    def pop_scope() -> None:
+        graph.insertNode(graph.create(_EXIT_SCOPE, 0))
+
+    state.push_scope, state.pop_scope = push_scope, pop_scope
+    try:
+        yield
+    finally:
+        del state.push_scope, state.pop_scope
+
+
+def _last_op_node(graph: "torch._C.Graph") -> "torch._C.Node":
+    node = graph.return_node().prev()
+    while node.kind() in _SCOPE_MARKERS:
+        node = node.prev()
+    return node
 
 
 def _innermost_module(frames: Iterable[FrameType], names: Mapping[nn.Module, str]) -> Optional[nn.Module]:
@@ -153,7 +225,7 @@ class _TraceWarnings:
         state = torch._C._get_tracing_state()
         if state is None or not issubclass(category, TracerWarning) or "Converting a tensor to a Python" not in str(message):
             return
-        if _depends_on_data(state.graph().return_node().prev()):
+        if _depends_on_data(_last_op_node(state.graph())):
             module = _innermost_module(_stack_frames(inspect.currentframe()), self.names)
             self.data_dependent.append((filename, lineno, self.names[module] if module is not None else ""))
 
@@ -184,7 +256,7 @@ def trace_with_scopes(
     with preserved(model), warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("always", TracerWarning)
         warnings.showwarning = collected
-        runner = FlatCall(traced, call)
+        runner = FlatCall(traced, call, around_model=_scopes_as_markers)
         jit_trace._trace_module_map = scope_names
         try:
             graph, _ = torch.jit._get_trace_graph(runner, runner.flat_inputs())
@@ -209,5 +281,5 @@ def trace_with_scopes(
             "the model returned no tensor, and a JIT trace keeps only the ops that produce its tensor outputs, "
             f"so nothing would be counted: {USE_DISPATCH}"
         )
-    return ScopedTrace(graph)
+    return ScopedTrace.read(graph)
 
