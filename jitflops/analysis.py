@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Number
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, NamedTuple, Optional, TypeVar, Union
 
 from torch import nn
 
@@ -38,8 +38,7 @@ BACKENDS = ("jit", "dispatch")
 _CONTAINER_FORWARDS = tuple(cls.forward for cls in (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity))
 
 
-@dataclass(frozen=True)
-class OpCount:
+class OpCount(NamedTuple):
     """The count of one op call, in graph (execution) order: for per-op tables."""
 
     module: str
@@ -59,10 +58,13 @@ class Statistics:
     op_counts: tuple[OpCount, ...]
 
 
-def module_aliases(model: nn.Module) -> dict[Any, str]:
-    """Map every module, and every name it is reachable by, to its canonical (first) name."""
+def module_aliases(model: nn.Module, named_modules: Optional[Mapping[str, nn.Module]] = None) -> dict[Any, str]:
+    """Map every module, and every name it is reachable by, to its canonical (first) name.
+
+    ``named_modules``: the model's ``named_modules(remove_duplicate=False)`` when the caller has them.
+    """
     aliases: dict[Any, str] = {}
-    for name, module in model.named_modules(remove_duplicate=False):
+    for name, module in (named_modules or dict(model.named_modules(remove_duplicate=False))).items():
         aliases.setdefault(module, name)
         aliases[name] = aliases[module]
     return aliases
@@ -127,7 +129,7 @@ class JitModelAnalysis:
         self._backward: Optional[BackwardFn] = (default_backward if backward is True else backward) or None
         self._call = ModelCall.from_user(inputs, kwargs)
         self._named_modules: dict[str, nn.Module] = dict(model.named_modules(remove_duplicate=False))
-        self._aliases = module_aliases(model)
+        self._aliases = module_aliases(model, self._named_modules)
         self._op_handles: dict[str, Handle] = {}
         self._ignored_ops: set[str] = set(self._default_ignored_ops())
         self._trace: Optional[OpSource] = None
@@ -299,8 +301,8 @@ class JitModelAnalysis:
         return self._trace
 
     def _results(self, emit_warnings: bool = True) -> Statistics:
-        if self._stats is None:
-            self._stats = self._analyze()
+        if self._stats is None:  # traced from here, not from _analyze: the tracer walks every frame above it per node
+            self._stats = self._analyze(self.scoped_trace())
             self._warnings_emitted = False
         if emit_warnings and not self._warnings_emitted:
             self._warnings_emitted = True
@@ -308,28 +310,37 @@ class JitModelAnalysis:
             self._warn_uncalled_mods(self._stats.uncalled_mods)
         return self._stats
 
-    def _analyze(self) -> Statistics:
-        trace = self.scoped_trace()
+    def _analyze(self, trace: OpSource) -> Statistics:
         scope_counts, scope_unsupported, op_counts = self._count_per_scope(trace)
-        counts = {name: Counter() for name in self._aliases.values()}
-        unsupported = {name: Counter() for name in self._aliases.values()}
-        for per_scope, per_module in ((scope_counts, counts), (scope_unsupported, unsupported)):
-            for scope, ops in per_scope.items():
-                for name in self._scope_ancestors(scope):
-                    per_module.setdefault(name, Counter()).update(ops)
         seen: set[str] = set()
         for scope in trace.scopes():  # a module is called if an op ran in its scope (fvcore's rule)
-            seen.update(scope.split("/"))
+            names = scope.split("/")
+            seen.update(names)
             if self._ancestor_mode == "owner":
-                seen.update(self._scope_ancestors(scope))
+                seen.update(_ownership_ancestors(names[-1]))
         uncalled = frozenset(set(self._aliases.values()) - seen)
-        return Statistics(counts, unsupported, uncalled, tuple(op_counts))
+        return Statistics(self._per_module(scope_counts), self._per_module(scope_unsupported), uncalled, tuple(op_counts))
 
-    def _scope_ancestors(self, scope: str) -> set[str]:
-        names = scope.split("/")
+    def _per_module(self, per_scope: dict[str, typing.Counter[str]]) -> dict[str, typing.Counter[str]]:
+        """Sum counts keyed by full scope into every module they belong to, by the ancestor mode."""
+        totals: dict[str, typing.Counter[str]] = {name: Counter() for name in dict.fromkeys(self._aliases.values())}
         if self._ancestor_mode == "caller":
-            return set(names)
-        return set(_ownership_ancestors(names[-1]))
+            for scope, ops in per_scope.items():
+                for name in set(scope.split("/")):
+                    totals.setdefault(name, Counter()).update(ops)
+            return totals
+        # Owner mode: an op belongs to its innermost module and to every name prefix of it. Summed
+        # bottom-up, deepest names first, so each module adds its subtotal to its parent once.
+        by_depth: defaultdict[int, dict[str, typing.Counter[str]]] = defaultdict(dict)
+        for scope, ops in per_scope.items():
+            name = scope.rpartition("/")[2]
+            by_depth[name.count(".") + 1 if name else 0].setdefault(name, Counter()).update(ops)
+        for depth in range(max(by_depth, default=0), -1, -1):
+            for name, ops in by_depth[depth].items():
+                totals.setdefault(name, Counter()).update(ops)
+                if depth:
+                    by_depth[depth - 1].setdefault(name.rpartition(".")[0], Counter()).update(ops)
+        return totals
 
     def _count_per_scope(
         self, trace: OpSource

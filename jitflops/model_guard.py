@@ -53,23 +53,26 @@ class ModelSnapshot:
     @staticmethod
     def _take(module: nn.Module) -> _ModuleState:
         # Most hook containers are empty: only non-empty ones are copied, the others are emptied on restore.
-        containers = {name: _copy_container(live) for name in _MODULE_DICTS if (live := getattr(module, name, None))}
+        attributes = vars(module)
+        containers = {name: _copy_container(live) for name in _MODULE_DICTS if (live := attributes.get(name))}
         buffers = {name: buffer.detach().clone() for name, buffer in module._buffers.items() if buffer is not None}
-        return _ModuleState(module, module.training, frozenset(vars(module)), containers, buffers)
+        return _ModuleState(module, module.training, frozenset(attributes), containers, buffers)
 
     def restore(self) -> None:
-        for state in self._states:
-            module = state.module
-            for name in set(vars(module)) - state.attributes:
-                delattr(module, name)
-            for name in _MODULE_DICTS:
-                live = getattr(module, name, None)
-                saved = state.containers.get(name)
-                if live or saved:
-                    live.clear()
-                    live.update(saved or ())
-            module.training = state.training
-            with torch.no_grad():  # kernels such as batch norm update buffers without bumping their version
+        with torch.no_grad():  # kernels such as batch norm update buffers without bumping their version
+            for state in self._states:
+                module = state.module
+                attributes = vars(module)
+                for name in attributes.keys() - state.attributes:
+                    delattr(module, name)
+                for name in _MODULE_DICTS:
+                    live = attributes.get(name)
+                    saved = state.containers.get(name)
+                    if live or saved:
+                        live.clear()
+                        live.update(saved or ())
+                if module.training is not state.training:
+                    module.training = state.training
                 for name, value in state.buffer_values.items():
                     module._buffers[name].copy_(value)
 

@@ -38,7 +38,7 @@ from torch.jit import TracerWarning
 from .errors import JitflopsError, TraceError
 from .model_guard import preserved
 from .model_io import FlatCall, ModelCall
-from .records import JitOpRecord, OpRecord
+from .records import JitOpRecord, OpRecord, node_inputs
 
 TRACER_WARNING_MODES = ("all", "no_tracer_warning", "none")
 
@@ -46,7 +46,6 @@ _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 
 _ENTER_SCOPE, _EXIT_SCOPE = "prim::Enter", "prim::Exit"
-_SCOPE_MARKERS = (_ENTER_SCOPE, _EXIT_SCOPE)
 _SCOPE_ATTRIBUTE = "scope"
 
 TracedOp = tuple["torch._C.Node", str]
@@ -76,14 +75,15 @@ class ScopedTrace:
         open_scopes = [""]
         for node in graph.nodes():
             kind = node.kind()
-            if kind in _SCOPE_MARKERS:
+            if kind == _ENTER_SCOPE:
+                open_scopes.append(f"{open_scopes[-1]}/{node.s(_SCOPE_ATTRIBUTE)}")
                 markers.append(node)
-                if kind == _ENTER_SCOPE:
-                    open_scopes.append(f"{open_scopes[-1]}/{node.s(_SCOPE_ATTRIBUTE)}")
-                else:
-                    open_scopes.pop()
                 continue
-            scope = open_scopes[-1] if len(open_scopes) > 1 else full_scope(node.scopeName())
+            if kind == _EXIT_SCOPE:
+                open_scopes.pop()
+                markers.append(node)
+                continue
+            scope = open_scopes[-1] or full_scope(node.scopeName())
             scopes[scope] = None
             if kind.startswith("prim::"):
                 if kind == "prim::PythonOp":  # a custom autograd.Function: named after its class, as in fvcore
@@ -147,7 +147,7 @@ def _scopes_as_markers() -> Iterator[None]:
 
 def _last_op_node(graph: "torch._C.Graph") -> "torch._C.Node":
     node = graph.return_node().prev()
-    while node.kind() in _SCOPE_MARKERS:
+    while node.kind() in (_ENTER_SCOPE, _EXIT_SCOPE):
         node = node.prev()
     return node
 
@@ -202,7 +202,7 @@ def _depends_on_data(value_producer: "torch._C.Node") -> bool:
         if node.kind() in _SHAPE_SOURCES or id(node) in seen:
             continue
         seen.add(id(node))
-        pending.extend(value.node() for value in node.inputs())
+        pending.extend(value.node() for value in node_inputs(node))
     return False
 
 
@@ -219,13 +219,16 @@ class _TraceWarnings:
         self.names = names
         self.caught: list[warnings.WarningMessage] = []
         self.data_dependent: list[tuple[str, int, str]] = []
+        self._traced: Optional[tuple[Any, "torch._C.Graph"]] = None  # (tracing state, its graph): graph() costs ~20 µs
 
     def __call__(self, message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
         self.caught.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
         state = torch._C._get_tracing_state()
         if state is None or not issubclass(category, TracerWarning) or "Converting a tensor to a Python" not in str(message):
             return
-        if _depends_on_data(_last_op_node(state.graph())):
+        if self._traced is None or self._traced[0] is not state:
+            self._traced = (state, state.graph())
+        if _depends_on_data(_last_op_node(self._traced[1])):
             module = _innermost_module(_stack_frames(inspect.currentframe()), self.names)
             self.data_dependent.append((filename, lineno, self.names[module] if module is not None else ""))
 
@@ -250,7 +253,7 @@ def trace_with_scopes(
     if _is_compiled(model):
         raise JitflopsError(f"the model is compiled with torch.compile, which the JIT tracer cannot follow: {USE_DISPATCH}")
     traced = model.module if isinstance(model, _WRAPPERS) else model
-    scope_names = {module: aliases[module] for module in traced.modules()}
+    scope_names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
     previous_map = jit_trace._trace_module_map
     collected = _TraceWarnings(scope_names)
     with preserved(model), warnings.catch_warnings(), torch.no_grad():
