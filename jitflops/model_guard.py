@@ -34,9 +34,10 @@ _MODULE_DICTS = (
 @dataclass
 class _ModuleState:
     module: nn.Module
-    training: bool
-    attributes: frozenset[str]
+    attributes: dict[str, Any]
+    """A shallow copy of the module's ``__dict__``: every attribute, the training flag included."""
     containers: dict[str, Any]
+    """The contents of its non-empty parameter, buffer, child and hook containers."""
     buffer_values: dict[str, torch.Tensor]
 
 
@@ -52,29 +53,27 @@ class ModelSnapshot:
 
     @staticmethod
     def _take(module: nn.Module) -> _ModuleState:
+        attributes = dict(vars(module))
         # Most hook containers are empty: only non-empty ones are copied, the others are emptied on restore.
-        attributes = vars(module)
         containers = {name: _copy_container(live) for name in _MODULE_DICTS if (live := attributes.get(name))}
         buffers = {name: buffer.detach().clone() for name, buffer in module._buffers.items() if buffer is not None}
-        return _ModuleState(module, module.training, frozenset(attributes), containers, buffers)
+        return _ModuleState(module, attributes, containers, buffers)
 
     def restore(self) -> None:
         with torch.no_grad():  # kernels such as batch norm update buffers without bumping their version
             for state in self._states:
-                module = state.module
-                attributes = vars(module)
-                for name in attributes.keys() - state.attributes:
-                    delattr(module, name)
+                live_attributes = vars(state.module)
+                live_attributes.clear()
+                live_attributes.update(state.attributes)
                 for name in _MODULE_DICTS:
-                    live = attributes.get(name)
+                    container = state.attributes.get(name)
                     saved = state.containers.get(name)
-                    if live or saved:
-                        live.clear()
-                        live.update(saved or ())
-                if module.training is not state.training:
-                    module.training = state.training
+                    if container or saved:
+                        container.clear()
+                        container.update(saved or ())
+                buffers = state.module._buffers
                 for name, value in state.buffer_values.items():
-                    module._buffers[name].copy_(value)
+                    buffers[name].copy_(value)
 
 
 def _cuda_devices(model: nn.Module) -> list[int]:

@@ -92,6 +92,7 @@ class FlatCall(nn.Module):
         return tuple(self._leaves[i] for i in self._tensor_positions)
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Arguments after the call's own tensors are ignored: a tracer may pass the module's state there."""
         leaves = list(self._leaves)
         for position, tensor in zip(self._tensor_positions, tensors):
             leaves[position] = tensor

@@ -28,7 +28,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import Any, Iterable, Iterator, Mapping, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 import torch.jit._trace as jit_trace
@@ -46,7 +46,6 @@ _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 
 _ENTER_SCOPE, _EXIT_SCOPE = "prim::Enter", "prim::Exit"
-_SCOPE_ATTRIBUTE = "scope"
 
 TracedOp = tuple["torch._C.Node", str]
 """An op node of the graph and its full scope."""
@@ -66,31 +65,35 @@ class ScopedTrace:
     distinct_scopes: tuple[str, ...]
 
     @classmethod
-    def read(cls, graph: "torch._C.Graph") -> "ScopedTrace":
-        """Give every node of a fresh trace its scope, from the scope markers around it (or from the
-        tracer's own scope where there are none), and remove the markers from the graph."""
+    def read(cls, graph: "torch._C.Graph", pushed: Sequence[str]) -> "ScopedTrace":
+        """Give every node of a fresh trace its scope, from the scope markers around it (``pushed``:
+        the names they opened, in order) or from the tracer's own scope where there are none, and
+        remove the markers from the graph."""
         ops: list[tuple[str, TracedOp]] = []
         scopes: dict[str, None] = {}
         markers = []
         open_scopes = [""]
+        names = iter(pushed)
+        scope = ""
         for node in graph.nodes():
             kind = node.kind()
-            if kind == _ENTER_SCOPE:
-                open_scopes.append(f"{open_scopes[-1]}/{node.s(_SCOPE_ATTRIBUTE)}")
-                markers.append(node)
-                continue
-            if kind == _EXIT_SCOPE:
-                open_scopes.pop()
-                markers.append(node)
-                continue
-            scope = open_scopes[-1] or full_scope(node.scopeName())
-            scopes[scope] = None
             if kind.startswith("prim::"):
+                if kind == _ENTER_SCOPE or kind == _EXIT_SCOPE:
+                    markers.append(node)
+                    if kind == _ENTER_SCOPE:
+                        open_scopes.append(f"{scope}/{next(names)}")
+                    else:
+                        open_scopes.pop()
+                    scope = open_scopes[-1]
+                    continue
                 if kind == "prim::PythonOp":  # a custom autograd.Function: named after its class, as in fvcore
                     kind = f"prim::PythonOp.{node.pyname()}"
                 elif kind != "prim::CallFunction":
+                    scopes[scope or full_scope(node.scopeName())] = None
                     continue
-            ops.append((kind, (node, scope)))
+            op_scope = scope or full_scope(node.scopeName())
+            scopes[op_scope] = None
+            ops.append((kind, (node, op_scope)))
         for marker in markers:
             marker.destroy()
         return cls(graph, tuple(ops), tuple(scopes))
@@ -116,33 +119,40 @@ def full_scope(scope_name: str) -> str:
     return "/" + scope_name if scope_name else ""
 
 
-@contextmanager
-def _scopes_as_markers() -> Iterator[None]:
+class _ScopeMarkers:
     """Inside a trace: record the module scopes ``nn.Module`` pushes as marker nodes in the flat graph.
 
-    The attributes shadow the methods on this trace's ``TracingState`` object only; pybind11 hands
-    out that same object for as long as it is alive. Should it not, the tracer's own scopes are left
-    to work (at their cost), and :meth:`ScopedTrace.read` reads those instead.
+    ``push_scope``/``pop_scope`` attributes shadow the methods on this trace's ``TracingState``
+    object only; pybind11 hands out that same object for as long as it is alive. Should it not, the
+    tracer's own scopes are left to work (at their cost), and :meth:`ScopedTrace.read` reads those.
+    The pushed names are kept here, in the order of their ``prim::Enter`` markers: a marker is two
+    calls into the JIT, a marker with a name attribute would be three.
     """
-    state = torch._C._get_tracing_state()
-    if state is None or torch._C._get_tracing_state() is not state:
-        yield
-        return
-    graph = state.graph()
 
-    def push_scope(name: str) -> None:
-        marker = graph.create(_ENTER_SCOPE, 0)
-        marker.s_(_SCOPE_ATTRIBUTE, name)
-        graph.insertNode(marker)
+    def __init__(self) -> None:
+        self.pushed: list[str] = []
 
-    def pop_scope() -> None:
-        graph.insertNode(graph.create(_EXIT_SCOPE, 0))
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        state = torch._C._get_tracing_state()
+        if state is None or torch._C._get_tracing_state() is not state:
+            yield
+            return
+        graph = state.graph()
+        create, insert, pushed = graph.create, graph.insertNode, self.pushed
 
-    state.push_scope, state.pop_scope = push_scope, pop_scope
-    try:
-        yield
-    finally:
-        del state.push_scope, state.pop_scope
+        def push_scope(name: str) -> None:
+            pushed.append(name)
+            insert(create(_ENTER_SCOPE, 0))
+
+        def pop_scope() -> None:
+            insert(create(_EXIT_SCOPE, 0))
+
+        state.push_scope, state.pop_scope = push_scope, pop_scope
+        try:
+            yield
+        finally:
+            del state.push_scope, state.pop_scope
 
 
 def _last_op_node(graph: "torch._C.Graph") -> "torch._C.Node":
@@ -239,6 +249,21 @@ class _TraceWarnings:
                 warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
 
 
+def _trace_graph(runner: FlatCall) -> "torch._C.Graph":
+    """What ``torch.jit._get_trace_graph(runner, runner.flat_inputs())`` returns, one level down.
+
+    ``_get_trace_graph`` reaches the C++ tracer through a wrapper module: four Python frames, and the
+    tracer walks every frame of the stack for every node it records (each frame costs about 1% of
+    the trace on MobileNetV2: ``tools/bench.py``). This makes the same call the wrapper makes: the
+    inputs followed by the parameters and buffers (so weights are graph inputs, not constants),
+    torch's value-name lookup, strict mode, no forced out-of-place ops.
+    """
+    state = list(jit_trace._unique_state_dict(runner, keep_vars=True).values())
+    inputs = list(runner.flat_inputs()) + state
+    graph, _ = torch._C._create_graph_by_tracing(runner, inputs, jit_trace._create_interpreter_name_lookup_fn(), True, False)
+    return graph
+
+
 def trace_with_scopes(
     model: nn.Module,
     call: ModelCall,
@@ -257,12 +282,13 @@ def trace_with_scopes(
     previous_map = jit_trace._trace_module_map
     collected = _TraceWarnings(scope_names)
     with preserved(model), warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("always", TracerWarning)
+        warnings.simplefilter("default", TracerWarning)  # once per source line: "always" costs ~25 µs a warning
         warnings.showwarning = collected
-        runner = FlatCall(traced, call, around_model=_scopes_as_markers)
+        markers = _ScopeMarkers()
+        runner = FlatCall(traced, call, around_model=markers)
         jit_trace._trace_module_map = scope_names
         try:
-            graph, _ = torch.jit._get_trace_graph(runner, runner.flat_inputs())
+            graph = _trace_graph(runner)
         except Exception as error:
             failed = _innermost_module(_traceback_frames(error.__traceback__), scope_names) or model
             raise TraceError(aliases[failed], type(failed).__name__, error) from error
@@ -284,5 +310,5 @@ def trace_with_scopes(
             "the model returned no tensor, and a JIT trace keeps only the ops that produce its tensor outputs, "
             f"so nothing would be counted: {USE_DISPATCH}"
         )
-    return ScopedTrace.read(graph)
+    return ScopedTrace.read(graph, markers.pushed)
 
