@@ -45,10 +45,12 @@ def test_forward_that_raises_and_mutates_is_restored():
             super().__init__()
             self.fc = nn.Linear(4, 4)
             self.register_buffer("steps", torch.zeros(()))
+            self.scale = 1.0
 
         def forward(self, x):
             self.steps += 1
             self.seen = True  # a new attribute
+            self.scale = torch.ones(3)  # a replaced one
             self.fc.register_forward_hook(lambda *args: None)
             self.eval()
             raise ValueError("boom")
@@ -58,7 +60,7 @@ def test_forward_that_raises_and_mutates_is_restored():
     with pytest.raises(TraceError, match="root module .*ValueError: boom"):
         FlopCountAnalysis(model, torch.randn(2, 4)).total()
     assert_same_state(before, model_state(model))
-    assert not hasattr(model, "seen") and model.training
+    assert not hasattr(model, "seen") and model.training and model.scale == 1.0
 
 
 def test_handle_that_raises_names_op_and_module():

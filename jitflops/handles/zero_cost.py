@@ -18,7 +18,7 @@ ZERO_COST_OPS: frozenset[str] = _aten(
     "Int Float Bool ScalarImplicit size numel dim item _local_scalar_dense "
     # views and shape changes
     "view view_as reshape reshape_as _reshape_alias flatten unflatten squeeze squeeze_ unsqueeze unsqueeze_ "
-    "permute transpose transpose_ t t_ contiguous expand expand_as alias as_strided diagonal unfold "
+    "permute transpose transpose_ t t_ numpy_T mT mH adjoint matrix_H contiguous expand expand_as alias as_strided diagonal unfold "
     "movedim moveaxis swapaxes swapdims view_as_real view_as_complex resolve_conj resolve_neg "
     "pixel_shuffle pixel_unshuffle channel_shuffle broadcast_to broadcast_tensors meshgrid atleast_1d "
     "atleast_2d atleast_3d "
