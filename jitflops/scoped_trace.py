@@ -5,7 +5,7 @@ module listed in torch's ``torch.jit._trace._trace_module_map`` (the mechanism
 ``torch.jit.trace_module`` and the ONNX exporter use). jitflops fills that map with the canonical
 module names for the duration of the trace, and puts back what was there before.
 
-Two costs are avoided, both measured with ``tools/bench.py`` and py-spy:
+Three costs are avoided, all measured with ``tools/bench.py`` and py-spy:
 
 * Forward hooks (fvcore's way to push scopes) make ``nn.Module.__call__`` take its slow path, which
   adds a Python frame at every module level; the tracer walks the whole Python stack for every node
@@ -15,7 +15,12 @@ Two costs are avoided, both measured with ``tools/bench.py`` and py-spy:
   models). For the duration of the trace, this trace's ``TracingState`` object instead gets
   ``push_scope``/``pop_scope`` attributes that shadow those methods and append marker nodes
   (``prim::Enter``, ``prim::Exit``: kinds the JIT keeps through dead-code elimination) to the flat
-  graph. One pass over the graph then gives each node its scope and removes the markers.
+  graph. One pass over the graph then gives each node its scope and removes the markers. A node
+  belongs to the module whose markers enclose it; the one place this differs from the tracer's own
+  scopes is the free ``aten::Int`` conversion of a traced size, which the tracer places right after
+  the size op (in the module that took the size) while scoping it to the module that used it.
+* ``torch.jit._get_trace_graph`` reaches the C++ tracer through a wrapper module, four more frames
+  for the tracer to walk per node: :func:`_trace_graph` makes the wrapper's call itself.
 
 Without hooks, the module that was running when something failed is found from the exception's
 traceback instead.
