@@ -83,7 +83,7 @@ class ScopedTrace:
         for node in graph.nodes():
             kind = node.kind()
             if kind.startswith("prim::"):
-                if kind == _ENTER_SCOPE or kind == _EXIT_SCOPE:
+                if (kind == _ENTER_SCOPE or kind == _EXIT_SCOPE) and not node.inputsSize():  # TorchScript's take an input
                     markers.append(node)
                     if kind == _ENTER_SCOPE:
                         open_scopes.append(f"{scope}/{next(names)}")
@@ -228,6 +228,9 @@ class _TraceWarnings:
     The tracer warns when a tensor becomes a Python value, for shape arithmetic
     (``if x.shape[1] > 3``) and data (``if x.sum() > 0``) alike. At that moment the tensor being
     converted was the last one traced, so walking back from the graph's last node tells the two apart.
+    Warnings are taken once per source line (Python's ``"default"`` action: ``"always"`` costs
+    about 25 µs a warning on models that convert sizes in every layer), so each line is judged by
+    the first tensor it converts.
     """
 
     def __init__(self, names: Mapping[nn.Module, str]) -> None:
@@ -287,7 +290,7 @@ def trace_with_scopes(
     previous_map = jit_trace._trace_module_map
     collected = _TraceWarnings(scope_names)
     with preserved(model), warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("default", TracerWarning)  # once per source line: "always" costs ~25 µs a warning
+        warnings.simplefilter("default", TracerWarning)
         warnings.showwarning = collected
         markers = _ScopeMarkers()
         runner = FlatCall(traced, call, around_model=markers)

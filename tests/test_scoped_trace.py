@@ -8,8 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from jitflops import FlopCountAnalysis, TraceError
-from jitflops import scoped_trace
+from jitflops import FlopCountAnalysis, TraceError, scoped_trace
 from jitflops.analysis import module_aliases
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO
 from jitflops.model_io import ModelCall
