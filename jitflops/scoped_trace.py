@@ -161,6 +161,7 @@ class _ScopeMarkers:
 
 
 def _last_op_node(graph: "torch._C.Graph") -> "torch._C.Node":
+    """The last node recorded so far that is not a scope marker."""
     node = graph.return_node().prev()
     while node.kind() in (_ENTER_SCOPE, _EXIT_SCOPE):
         node = node.prev()
