@@ -83,7 +83,7 @@ class ScopedTrace:
         for node in graph.nodes():
             kind = node.kind()
             if kind.startswith("prim::"):
-                if (kind == _ENTER_SCOPE or kind == _EXIT_SCOPE) and not node.inputsSize():  # TorchScript's take an input
+                if _is_scope_marker(node, kind):
                     markers.append(node)
                     if kind == _ENTER_SCOPE:
                         open_scopes.append(f"{scope}/{next(names)}")
@@ -160,10 +160,15 @@ class _ScopeMarkers:
             del state.push_scope, state.pop_scope
 
 
+def _is_scope_marker(node: "torch._C.Node", kind: str) -> bool:
+    """Whether ``node`` (of ``kind``) is one of :class:`_ScopeMarkers`'; TorchScript's own take an input."""
+    return (kind == _ENTER_SCOPE or kind == _EXIT_SCOPE) and not node.inputsSize()
+
+
 def _last_op_node(graph: "torch._C.Graph") -> "torch._C.Node":
     """The last node recorded so far that is not a scope marker."""
     node = graph.return_node().prev()
-    while node.kind() in (_ENTER_SCOPE, _EXIT_SCOPE):
+    while _is_scope_marker(node, node.kind()):
         node = node.prev()
     return node
 
