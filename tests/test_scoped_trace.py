@@ -40,12 +40,9 @@ def _tracer_scopes_only():
     def leave_the_tracer_alone(self):
         yield
 
-    original = scoped_trace._ScopeMarkers.__call__
-    scoped_trace._ScopeMarkers.__call__ = leave_the_tracer_alone
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scoped_trace._ScopeMarkers, "__call__", leave_the_tracer_alone)
         yield
-    finally:
-        scoped_trace._ScopeMarkers.__call__ = original
 
 
 def _ops_and_scopes(model, args, kwargs=None):
