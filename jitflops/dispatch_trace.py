@@ -9,9 +9,10 @@ computes. Each op becomes an :class:`~jitflops.records.EagerOpRecord` read by th
 the JIT's records.
 
 A few composite ops decompose, below autograd, into ops that cost something else under the
-counting convention: an adaptive average pool to one output becomes a ``mean``. Those are recorded
-one level up, where Python calls them (a ``TorchFunctionMode``), as the JIT records them, and what
-they decompose into is not recorded again.
+counting convention: an adaptive average pool to one output becomes a ``mean``, an RMS norm
+elementwise steps, an FFT kernels that depend on the input's dtype. Those
+(:data:`FUNCTION_LEVEL_KINDS`) are recorded one level up, where Python calls them (a
+``TorchFunctionMode``), as the JIT records them, and what they decompose into is not recorded again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
 
 from .errors import TraceError
+from .handles.spectral import FFT_KINDS
 from .model_guard import preserved
 from .model_io import ModelCall, tensor_leaves
 from .records import BACKWARD, FORWARD, EagerOpRecord, OpRecord, TensorMeta
@@ -57,17 +59,35 @@ def _arguments(schema: Any, args: tuple, kwargs: dict) -> tuple[list[Any], tuple
     return values, names
 
 
+FUNCTION_LEVEL_KINDS: tuple[str, ...] = (
+    "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d",  # become a mean
+    "aten::rms_norm",  # becomes pow, mean, rsqrt and mul
+    "aten::outer", "aten::ger", "aten::linalg_vecdot",  # become mul (and sum)
+    # Under a dispatch mode torch computes singular or eigen vectors it would not compute without one
+    # (its gradient check treats every tensor as a possible subclass): recorded as called instead.
+    "aten::linalg_svdvals", "aten::linalg_eigvalsh", "aten::linalg_eigvals", "aten::linalg_matrix_rank",
+    "aten::linalg_cond", "aten::linalg_matrix_norm", "aten::linalg_norm",
+    *FFT_KINDS,  # become _fft_r2c/_fft_c2c/_fft_c2r kernels, which ones depending on the input dtype
+)
+"""Composite ops recorded where Python calls them, as the JIT records them: what they decompose
+into below autograd would be counted otherwise under the counting convention."""
+
+
+def _python_entry_points(kind: str) -> list[Callable[..., Any]]:
+    """The Python callables through which ``kind`` is called: ``torch.x``, ``Tensor.x``,
+    ``torch.nn.functional.x``, ``torch._C._nn.x``, ``torch.linalg.y`` for ``linalg_y`` and
+    ``torch.fft.y`` for ``fft_y``."""
+    name = kind.removeprefix("aten::")
+    places: list[tuple[Any, str]] = [(torch, name), (torch.Tensor, name), (F, name), (torch._C._nn, name)]
+    for prefix, namespace in (("linalg_", torch.linalg), ("fft_", torch.fft)):
+        if name.startswith(prefix):
+            places.append((namespace, name.removeprefix(prefix)))
+    return [getattr(namespace, attribute) for namespace, attribute in places if hasattr(namespace, attribute)]
+
+
 FUNCTION_LEVEL_OPS: dict[Callable[..., Any], str] = {
-    function: f"aten::adaptive_avg_pool{dims}d"
-    for dims, functions in (
-        (1, (F.adaptive_avg_pool1d, torch.adaptive_avg_pool1d)),
-        (2, (F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d)),
-        (3, (F.adaptive_avg_pool3d, torch._C._nn.adaptive_avg_pool3d)),
-    )
-    for function in functions
+    function: kind for kind in FUNCTION_LEVEL_KINDS for function in _python_entry_points(kind)
 }
-"""Composite ops recorded where Python calls them (the ``torch.nn.functional`` wrapper or the
-binding itself), with the aten schema of the same name."""
 
 
 def _schema_for(kind: str, arity: int) -> Any:

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from jitflops import FlopCountAnalysis
 from jitflops.handles.einsum import einsum_macs
@@ -71,26 +72,39 @@ def test_addmm_bmm_linear():
         ("ij,jk->ik", [(3, 4), (4, 5)], 60),
         ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], 120),
         ("i,i->", [(7,)], None),  # operand count mismatch: error
-        ("i,j->ij", [(3,), (4,)], 12),  # outer product: one multiply per output; fvcore says 6
-        ("ij,ij->ij", [(3, 4), (3, 4)], 12),  # Hadamard product; fvcore says 6
+        ("i,j->ij", [(3,), (4,)], 0),  # outer product: torch runs a mul; fvcore says 6
+        ("ij,ij->ij", [(3, 4), (3, 4)], 0),  # Hadamard product: a mul; fvcore says 6
+        ("ij,ij->i", [(3, 4), (3, 4)], 12),  # row-wise dot products: one bmm
         ("ij->ji", [(3, 4)], 0),  # transpose costs nothing; fvcore says 6
         ("ii->i", [(5, 5)], 0),  # diagonal
-        ("ii", [(5, 5)], 5),  # trace: sums the 5 diagonal elements (implicit output is empty)
-        ("ij->", [(3, 4)], 12),  # full sum
+        ("ii", [(5, 5)], 0),  # trace: a sum
+        ("ij,jk->i", [(3, 4), (4, 5)], 12),  # k is summed out of the right operand before the product
         ("...ij,...jk->...ik", [(2, 6, 3, 4), (6, 4, 5)], 2 * 6 * 3 * 4 * 5),  # ellipsis with broadcast
+        ("bij,jk->bik", [(1, 3, 4), (4, 5)], 60),  # size-1 batch
         ("ij,jk", [(3, 4), (4, 5)], 60),  # implicit output "ik"
-        ("ij,jk,kl->il", [(2, 50), (50, 3), (3, 40)], 2 * 50 * 3 + 2 * 3 * 40),  # best order
+        ("ij,jk,kl->il", [(50, 2), (2, 50), (50, 3)], 50 * 2 * 50 + 50 * 50 * 3),  # left to right, as torch without opt_einsum
         ("b h i d, b h j d -> b h i j", [(1, 2, 3, 4), (1, 2, 5, 4)], 120),  # spaces
+        ("Aij,...jk->...ik", [(2, 3, 4), (2, 4, 5)], 120),  # an upper-case index beside an ellipsis
     ],
 )
 def test_einsum_equations(equation, shapes, expected):
+    """Checked against the products torch's einsum runs (FlopCounterMode) and both backends."""
     if expected is None:
         with pytest.raises(ValueError):
             einsum_macs(equation, shapes)
         return
     assert einsum_macs(equation, shapes) == expected
     tensors = [torch.randn(shape) for shape in shapes]
-    assert flops_of(lambda *ts: torch.einsum(equation, *ts), *tensors).total() == expected
+    with FlopCounterMode(display=False) as torch_count:
+        torch.einsum(equation, *tensors)
+    assert torch_count.get_total_flops() == 2 * expected
+    for backend in ("jit", "dispatch"):
+        assert flops_of(lambda *ts: torch.einsum(equation, *ts), *tensors, backend=backend).total() == expected
+
+
+def test_einsum_follows_the_recorded_contraction_path():
+    # the path opt_einsum would give torch: contract operands 1 and 2 first, then the result with 0
+    assert einsum_macs("ij,jk,kl->il", [(50, 2), (2, 50), (50, 3)], path=[1, 2, 0, 1]) == 2 * 50 * 3 + 50 * 2 * 3
 
 
 # ---------------------------------------------------------------- convolutions

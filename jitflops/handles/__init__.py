@@ -11,12 +11,16 @@ from . import (  # noqa: F401  importing each op family registers its formulas
     activations,
     attention,
     convolution,
+    decompositions,
+    distances,
     einsum,
     elementwise,
+    fused_layers,
     linear_algebra,
     normalization,
     recurrent,
     resampling,
+    spectral,
 )
 from .registry import (
     ACTIVATION_FORMULAS,

@@ -22,15 +22,37 @@ def conv_macs(input_shape: tuple[int, ...], weight_shape: tuple[int, ...], outpu
     return batch * prod(weight_shape) * prod(positions)
 
 
-@FLOP_FORMULAS.register("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", key="conv")
+CONVOLUTION_KINDS = (
+    "aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution_mode",
+    "aten::convolution_overrideable", "aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::miopen_convolution",
+    "aten::_slow_conv2d_forward", "aten::slow_conv3d_forward", "aten::slow_conv_dilated2d", "aten::slow_conv_dilated3d",
+    "aten::thnn_conv2d", "aten::_conv_depthwise2d", "aten::_nnpack_spatial_convolution",
+)
+"""Convolutions by every name torch gives them: the public ops, string padding (``_convolution_mode``)
+and the backend kernels a dispatch-level recording can meet."""
+
+TRANSPOSED_KINDS = (
+    "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", "aten::slow_conv_transpose2d",
+    "aten::slow_conv_transpose3d", "aten::cudnn_convolution_transpose", "aten::miopen_convolution_transpose",
+)
+
+
+@FLOP_FORMULAS.register(*CONVOLUTION_KINDS, key="conv")
 def convolution_flops(op: OpRecord) -> int:
     transposed = bool(op.arg("transposed")) if op.has_arg("transposed") else False
-    return conv_macs(op.shape("input"), op.shape("weight"), op.output_shape(), transposed)
+    return conv_macs(op.operand_shape(), op.shape("weight"), op.output_shape(), transposed)
 
 
-@FLOP_FORMULAS.register("aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", key="conv")
+@FLOP_FORMULAS.register(*TRANSPOSED_KINDS, key="conv")
 def conv_transpose_flops(op: OpRecord) -> int:
-    return conv_macs(op.shape("input"), op.shape("weight"), op.output_shape(), transposed=True)
+    return conv_macs(op.operand_shape(), op.shape("weight"), op.output_shape(), transposed=True)
+
+
+@FLOP_FORMULAS.register("aten::conv_tbc", key="conv")
+def conv_tbc_flops(op: OpRecord) -> int:
+    """Time-batch-channel layout: ``weight`` is ``kernel x in x out``, the output ``time x batch x out``."""
+    time, batch, _ = op.output_shape()
+    return time * batch * prod(op.shape("weight"))
 
 
 @FLOP_FORMULAS.register("aten::convolution_backward", key="conv")

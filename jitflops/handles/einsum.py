@@ -1,39 +1,41 @@
-"""``torch.einsum`` for every equation: ellipses, implicit outputs, traces, outer products, many operands.
+"""``torch.einsum``: the multiply-adds of the batched products torch's own einsum runs.
 
-The count is the work of the cheapest pairwise contraction order (what ``opt_einsum`` picks):
-each pairwise step does one multiply-add per point of the joint index space of its two operands.
-A single operand costs one addition per input element when it sums over an index, and nothing
-when it only permutes or takes a diagonal. For two operands this is fvcore's count; fvcore halves
-steps without a summed index (outer and Hadamard products) and counts transposes, which this does not.
+torch computes an einsum pairwise (left to right, or along the ``path`` that ``torch.backends.opt_einsum``
+chose, which the op records). Before each pair it sums out the indices no other remaining operand
+needs; a pair with a contracted index becomes one ``bmm`` of ``(batch, left-only, summed) x (batch,
+summed, right-only)`` over the broadcast sizes; a pair without one is an elementwise ``mul``. This
+formula replays that on the shapes, so it is what the dispatch backend and ``FlopCounterMode``
+see when the same einsum runs: one multiply-add per point of each ``bmm``, the sums and ``mul``\\ s
+being elementwise work (not counted, as for ``sum`` and ``mul``). A lone operand only permutes,
+takes diagonals or sums: nothing is counted.
+
+For the usual two-operand contractions this is fvcore's count. fvcore charges half an outer or
+Hadamard product, which torch runs as ``mul``; this charges none.
 """
 
 from __future__ import annotations
 
-import itertools
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ..errors import OpShapeError
 from ..records import OpRecord, TensorMeta
 from .registry import FLOP_FORMULAS
 from .shapes import prod
 
-_EXHAUSTIVE_SEARCH_LIMIT = 5
-"""Above this many operands the order is chosen greedily instead of by exhaustive search."""
+Sizes = dict[str, int]
+"""An operand aligned to the equation's indices: index -> size (1 where absent or broadcast)."""
 
 
-def parse_equation(equation: str, shapes: Sequence[tuple[int, ...]]) -> tuple[list[str], str, dict[str, int]]:
-    """Split an equation into per-operand index strings and the output, with every index's size.
-
-    Ellipsis dimensions become upper-case placeholder indices; sizes of 1 broadcast.
-    """
+def parse_equation(equation: str, shapes: Sequence[tuple[int, ...]]) -> tuple[list[str], str]:
+    """Per-operand index strings and the output's; ellipsis dims become placeholder indices outside
+    ``[A-Za-z]``, so they never meet the equation's own."""
     equation = equation.replace(" ", "")
     lhs, arrow, rhs = equation.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(shapes):
         raise ValueError(f"equation {equation!r} names {len(terms)} operands, got {len(shapes)}")
     ellipsis_rank = max((len(shape) - len(term.replace("...", "")) for term, shape in zip(terms, shapes) if "..." in term), default=0)
-    placeholders = "".join(chr(ord("A") + i) for i in range(ellipsis_rank))
-    sizes: dict[str, int] = {}
+    placeholders = "".join(chr(0x100 + i) for i in range(ellipsis_rank))
     operands = []
     for term, shape in zip(terms, shapes):
         if "..." in term:
@@ -41,51 +43,75 @@ def parse_equation(equation: str, shapes: Sequence[tuple[int, ...]]) -> tuple[li
             term = term.replace("...", placeholders[ellipsis_rank - own_rank:])
         if len(term) != len(shape):
             raise ValueError(f"operand {term!r} of {equation!r} does not match shape {shape}")
-        for index, size in zip(term, shape):
-            if sizes.get(index, 1) != 1 and size not in (1, sizes[index]):
-                raise ValueError(f"index {index!r} of {equation!r} has sizes {sizes[index]} and {size}")
-            sizes[index] = max(sizes.get(index, 1), size)
         operands.append(term)
     if arrow:
         output = rhs.replace("...", placeholders)
     else:
-        counts = {index: sum(term.count(index) for term in operands) for index in sizes}
+        counts = {index: sum(term.count(index) for term in operands) for index in set("".join(operands))}
         output = placeholders + "".join(sorted(i for i, c in counts.items() if c == 1 and i not in placeholders))
-    return operands, output, sizes
+    return operands, output
 
 
-def _single_operand_cost(term: str, output: str, sizes: dict[str, int]) -> int:
-    sums_over_an_index = any(index not in output for index in term)
-    return prod(sizes[i] for i in set(term)) if sums_over_an_index else 0
+def _aligned(term: str, shape: tuple[int, ...], indices: str) -> Sizes:
+    sizes = {index: 1 for index in indices}
+    for index, size in zip(term, shape):
+        sizes[index] = size  # a repeated index is a diagonal: same size
+    return sizes
 
 
-def _pairwise_cost(operands: list[frozenset[str]], output: frozenset[str], sizes: dict[str, int], exhaustive: bool) -> int:
-    if len(operands) == 1:
-        return 0
-    best = None
-    candidates = []
-    for i, j in itertools.combinations(range(len(operands)), 2):
-        joint = operands[i] | operands[j]
-        rest = [operands[k] for k in range(len(operands)) if k not in (i, j)]
-        still_needed = output.union(*rest)
-        step = prod(sizes[index] for index in joint)
-        candidates.append((step, rest + [joint & still_needed]))
-    if not exhaustive:
-        step, remaining = min(candidates, key=lambda candidate: candidate[0])
-        return step + _pairwise_cost(remaining, output, sizes, exhaustive)
-    for step, remaining in candidates:
-        total = step + _pairwise_cost(remaining, output, sizes, exhaustive)
-        best = total if best is None else min(best, total)
-    return best  # type: ignore[return-value]
+def sumproduct_pair_macs(left: Sizes, right: Sizes, summed: set[str]) -> tuple[int, Sizes]:
+    """Multiply-adds of torch's ``sumproduct_pair`` (``(left * right).sum(summed)`` as one ``bmm``)
+    and the sizes of its result. Without a summed index it is a ``mul``: none. A summed index that
+    only one side has is summed on that side first, outside the product."""
+    result = {index: max(left[index], right[index]) for index in left}
+    if not summed:
+        return 0, result
+    left, right = dict(left), dict(right)
+    for index in summed:
+        result[index] = 1
+        if left[index] == 1 or right[index] == 1:
+            left[index] = right[index] = 1
+    return prod(max(left[index], right[index]) for index in left), result
 
 
-def einsum_macs(equation: str, shapes: Sequence[tuple[int, ...]]) -> int:
-    """Multiply-adds of ``torch.einsum(equation, *operands)`` given the operands' shapes."""
-    operands, output, sizes = parse_equation(equation, shapes)
-    if len(operands) == 1:
-        return _single_operand_cost(operands[0], output, sizes)
-    exhaustive = len(operands) <= _EXHAUSTIVE_SEARCH_LIMIT
-    return _pairwise_cost([frozenset(term) for term in operands], frozenset(output), sizes, exhaustive)
+def einsum_macs(equation: str, shapes: Sequence[tuple[int, ...]], path: Optional[Sequence[int]] = None) -> int:
+    """Multiply-adds of ``torch.einsum(equation, *operands)`` for operands of ``shapes``, contracted
+    in torch's order: pairs from ``path`` (opt_einsum's format, flattened) or left to right."""
+    terms, output = parse_equation(equation, shapes)
+    indices = "".join(sorted(set("".join(terms))))
+    sizes: dict[str, int] = {}
+    for term, shape in zip(terms, shapes):
+        for index, size in zip(term, shape):
+            if size != 1 and sizes.setdefault(index, size) != size:
+                raise ValueError(f"index {index!r} of {equation!r} has sizes {sizes[index]} and {size}")
+    contracted = [index for index in indices if index not in output]
+    operands = [_aligned(term, shape, indices) for term, shape in zip(terms, shapes)]
+    holders = {index: sum(1 for sizes in operands if sizes[index] != 1) for index in contracted}
+    steps = iter(path or ())
+    macs = 0
+    while len(operands) > 1:
+        i, j = (sorted((next(steps), next(steps))) if path else (0, 1))
+        left, right = dict(operands[i]), dict(operands[j])
+        del operands[j], operands[i]
+        summed: set[str] = set()
+        for index in contracted:
+            if left[index] != 1 and right[index] != 1:
+                holders[index] -= 1
+                if holders[index] == 1:
+                    summed.add(index)
+                    holders[index] = 0
+            elif holders[index] == 1:  # held by one side alone: summed out before the product
+                side = left if left[index] != 1 else right if right[index] != 1 else None
+                if side is not None:
+                    side[index] = 1
+                    holders[index] = 0
+        step, result = sumproduct_pair_macs(left, right, summed)
+        macs += step
+        if path:
+            operands.append(result)
+        else:
+            operands.insert(0, result)
+    return macs
 
 
 @FLOP_FORMULAS.register("aten::einsum")
@@ -93,7 +119,8 @@ def einsum_flops(op: OpRecord) -> int:
     tensors = op.arg("tensors")
     if not isinstance(tensors, list) or not all(isinstance(t, TensorMeta) and t.shape is not None for t in tensors):
         raise OpShapeError(op.kind, op.scope, f"operand shapes were not recorded: {tensors!r}")
+    path = op.arg("path") if op.has_arg("path") else None
     try:
-        return einsum_macs(op.arg("equation"), [t.shape for t in tensors])
-    except ValueError as error:
-        raise OpShapeError(op.kind, op.scope, str(error)) from None
+        return einsum_macs(op.arg("equation"), [t.shape for t in tensors], path)
+    except (ValueError, StopIteration) as error:
+        raise OpShapeError(op.kind, op.scope, f"does not fit its operands: {error}") from None

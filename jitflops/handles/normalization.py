@@ -22,16 +22,24 @@ def _per_element(op: OpRecord, with_affine: int, without_affine: int) -> int:
     return prod(op.shape("input")) * (with_affine if has_affine else without_affine)
 
 
+_TRAINING_KINDS = frozenset({"aten::_batch_norm_with_update", "aten::_batch_norm_with_update_functional"})
+
+
 def _training(op: OpRecord) -> bool:
-    """Batch norm normalises with batch statistics: ``training`` (``train`` in the backward); the
-    ``_no_training`` form has neither argument."""
+    """Batch norm normalises with batch statistics: ``training`` (``train`` in the backward), or
+    the ``_with_update`` forms; the ``_no_training``/``_no_update`` forms use the running ones."""
+    if op.kind in _TRAINING_KINDS:
+        return True
     for name in ("training", "train"):
         if op.has_arg(name):
             return bool(op.arg(name))
     return False
 
 
-@FLOP_FORMULAS.register("aten::batch_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit_no_training")
+@FLOP_FORMULAS.register(
+    "aten::batch_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit_no_training",
+    "aten::_batch_norm_no_update", *_TRAINING_KINDS,
+)
 def batch_norm_flops(op: OpRecord) -> int:
     return _per_element(op, 5, 4) if _training(op) else _per_element(op, 2, 1)
 

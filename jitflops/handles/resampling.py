@@ -34,13 +34,15 @@ def adaptive_pool_flops(op: OpRecord) -> int:
 _POOL_SPATIAL_DIMS = {
     "aten::max_pool1d": 1, "aten::max_pool2d": 2, "aten::max_pool3d": 3,
     "aten::avg_pool1d": 1, "aten::avg_pool2d": 2, "aten::avg_pool3d": 3,
-    "aten::max_pool2d_with_indices": 2, "aten::max_pool3d_with_indices": 3,
+    "aten::max_pool1d_with_indices": 1, "aten::max_pool2d_with_indices": 2, "aten::max_pool3d_with_indices": 3,
+    "aten::fractional_max_pool2d": 2, "aten::fractional_max_pool3d": 3,
 }
 
 
 _POOL_BACKWARD_SPATIAL_DIMS = {
     "aten::max_pool2d_with_indices_backward": 2, "aten::max_pool3d_with_indices_backward": 3,
     "aten::avg_pool2d_backward": 2, "aten::avg_pool3d_backward": 3,
+    "aten::fractional_max_pool2d_backward": 2, "aten::fractional_max_pool3d_backward": 3,
 }
 
 

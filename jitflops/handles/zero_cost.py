@@ -1,7 +1,8 @@
 """Ops that cost no flops under jitflops' convention.
 
-Shape and view changes, data movement and copies, indexing and gathering, tensor creation, dtype and
-device casts, sorting, dropout and embedding lookups move or select data but do no arithmetic.
+Shape and view changes, data movement and copies, indexing and gathering, tensor creation and
+random sampling, dtype and device casts, sorting, selection and counting (medians, quantiles,
+histograms), dropout and embedding lookups move or select data but do no arithmetic.
 They are known ops: never reported as unsupported, always counted as zero. ``prim::`` graph
 bookkeeping (constants, list and tuple construction) is skipped by the engine without listing here.
 """
@@ -21,7 +22,9 @@ ZERO_COST_OPS: frozenset[str] = _aten(
     "permute transpose transpose_ t t_ numpy_T mT mH adjoint matrix_H contiguous expand expand_as alias as_strided diagonal unfold "
     "movedim moveaxis swapaxes swapdims view_as_real view_as_complex resolve_conj resolve_neg "
     "pixel_shuffle pixel_unshuffle channel_shuffle broadcast_to broadcast_tensors meshgrid atleast_1d "
-    "atleast_2d atleast_3d "
+    "atleast_2d atleast_3d ravel real imag positive conj _conj _neg_view rot90 column_stack dstack hsplit vsplit dsplit "
+    "linalg_diagonal diag diag_embed diagflat block_diag cartesian_prod combinations complex chalf im2col "
+    "fft_fftshift fft_ifftshift lu_unpack "
     # splitting, joining, copying
     "narrow select slice split split_with_sizes unsafe_split chunk unsafe_chunk tensor_split unbind "
     "stack cat concat concatenate hstack vstack repeat repeat_interleave tile roll flip fliplr flipud "
@@ -29,15 +32,19 @@ ZERO_COST_OPS: frozenset[str] = _aten(
     "reflection_pad3d replication_pad1d replication_pad2d replication_pad3d triu tril triu_ tril_ "
     # indexing
     "index index_select index_put index_put_ gather scatter scatter_ masked_scatter masked_select take "
-    "nonzero embedding embedding_renorm_ one_hot "
+    "nonzero embedding embedding_renorm_ one_hot take_along_dim argwhere nonzero_numpy nonzero_static index_copy index_copy_ "
+    "index_fill index_fill_ put put_ max_unpool2d max_unpool3d _unsafe_masked_index "
     # creation
     "zeros zeros_like ones ones_like empty empty_like full full_like new_zeros new_ones new_empty new_full "
     "new_tensor arange linspace logspace eye tensor scalar_tensor rand rand_like randn randn_like randint "
-    "randint_like randperm bernoulli bernoulli_ normal_ uniform_ "
+    "randint_like randperm bernoulli bernoulli_ normal_ uniform_ normal cauchy_ exponential_ geometric_ log_normal_ random_ "
+    "multinomial poisson empty_permuted fill "
     # casts and devices
     "to type_as contiguous_ requires_grad_ float double half bfloat16 int long bool cpu cuda "
     # ordering and selection without arithmetic
-    "sort argsort topk unique unique_consecutive unique_dim searchsorted bucketize "
+    "sort argsort msort topk kthvalue median nanmedian mode quantile nanquantile unique unique_consecutive unique_dim _unique2 "
+    "searchsorted bucketize histc histogram histogramdd _histogramdd_bin_edges _histogramdd_from_bin_cts "
+    "_histogramdd_from_bin_tensors "
     # regularisation that is an identity at inference
     "dropout dropout_ feature_dropout feature_dropout_ alpha_dropout alpha_dropout_ "
     "feature_alpha_dropout native_dropout "
@@ -48,5 +55,6 @@ ZERO_COST_OPS: frozenset[str] = _aten(
     "slice_backward select_backward index_select_backward embedding_dense_backward embedding_backward "
     "masked_fill_backward _unsafe_split as_strided_ as_strided_scatter slice_scatter select_scatter "
     "diagonal_backward diagonal_scatter _reshape_copy sym_size sym_numel sym_stride is_same_size "
-    "_has_compatible_shallow_copy_type set_ resize_ _local_scalar_dense zero"
+    "_has_compatible_shallow_copy_type set_ resize_ resize_as_ zero _chunk_cat _to_sparse to_sparse _linalg_check_errors "
+    "as_strided_copy diagonal_copy narrow_copy split_with_sizes_copy unfold_copy"
 )
