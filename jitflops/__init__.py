@@ -3,7 +3,7 @@ operator and per module, in one hierarchy."""
 
 from .activation_count import ActivationCountAnalysis, activation_count
 from .analysis import JitModelAnalysis
-from .errors import HandleError, JitflopsError, OpShapeError, TraceError
+from .errors import DataDependentTraceWarning, HandleError, JitflopsError, OpShapeError, TraceError
 from .flop_count import FlopCountAnalysis, flop_count
 from .handles import Handle, ShapeFormula, get_shape
 from .deepspeed_report import format_model_profile
@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActivationCountAnalysis",
+    "DataDependentTraceWarning",
     "FlopCountAnalysis",
     "FlopsProfiler",
     "LatencyStats",

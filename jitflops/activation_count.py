@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Counter, DefaultDict, Optional
+from typing import Any, Counter, DefaultDict, Optional, Union
 
 from torch import nn
 
 from .analysis import JitModelAnalysis, per_operator_in_units
+from .dispatch_trace import BackwardFn
 from .handles import ACTIVATION_FORMULAS, FLOP_FORMULAS, Handle
 
 
@@ -15,8 +16,18 @@ class ActivationCountAnalysis(JitModelAnalysis):
     """Activations (output elements of convolutions, matrix products, attention and recurrent
     layers) per module and per operator, by JIT trace. Every other known op counts zero."""
 
-    def __init__(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None, **front_end: Any) -> None:
-        super().__init__(model, inputs, kwargs, **front_end)
+    def __init__(
+        self,
+        model: nn.Module,
+        inputs: Any,
+        kwargs: Optional[Mapping[str, Any]] = None,
+        *,
+        backend: str = "jit",
+        backward: Union[bool, BackwardFn] = False,
+        strict: bool = False,
+    ) -> None:
+        """See :class:`JitModelAnalysis`."""
+        super().__init__(model, inputs, kwargs, backend=backend, backward=backward, strict=strict)
         self.set_op_handle(**ACTIVATION_FORMULAS.handles())
 
     @classmethod

@@ -103,6 +103,7 @@ class JitModelAnalysis:
         *,
         backend: str = "jit",
         backward: Union[bool, BackwardFn] = False,
+        strict: bool = False,
     ) -> None:
         """
         Args:
@@ -117,6 +118,9 @@ class JitModelAnalysis:
                 backpropagates from the sum of the model's floating-point outputs; a callable
                 receives the model's output and runs its own backward. Backward ops are counted
                 under ``backward.<op>`` keys, so ``by_phase()`` can tell the two passes apart.
+            strict: with the JIT backend, raise a ``TraceError`` where Python control flow depends on
+                tensor values. By default, as in fvcore, the path the inputs took is counted and a
+                ``DataDependentTraceWarning`` names the module and source line.
         """
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -127,6 +131,7 @@ class JitModelAnalysis:
         self._kwargs = kwargs
         self._backend = backend
         self._backward: Optional[BackwardFn] = (default_backward if backward is True else backward) or None
+        self._strict = strict
         self._call = ModelCall.from_user(inputs, kwargs)
         self._named_modules: dict[str, nn.Module] = dict(model.named_modules(remove_duplicate=False))
         self._aliases = module_aliases(model, self._named_modules)
@@ -245,7 +250,7 @@ class JitModelAnalysis:
         return type(self)(model, inputs, kwargs, **self._front_end_settings())
 
     def _front_end_settings(self) -> dict[str, Any]:
-        return {"backend": self._backend, "backward": self._backward or False}
+        return {"backend": self._backend, "backward": self._backward or False, "strict": self._strict}
 
     def tracer_warnings(self: T, mode: str) -> T:
         """Which warnings to show while tracing: ``"all"``, ``"no_tracer_warning"`` (default) or ``"none"``."""
@@ -295,7 +300,7 @@ class JitModelAnalysis:
         """The model's ops with their scopes (a JIT trace or a dispatch recording), taken on first use and kept."""
         if self._trace is None:
             if self._backend == "jit":
-                self._trace = trace_with_scopes(self._model, self._call, self._aliases, self._warn_trace)
+                self._trace = trace_with_scopes(self._model, self._call, self._aliases, self._warn_trace, self._strict)
             else:
                 self._trace = record_with_dispatch(self._model, self._call, self._aliases, self._backward)
         return self._trace

@@ -37,3 +37,7 @@ class HandleError(JitflopsError):
         super().__init__(f"handle for op {kind} in {describe_scope(scope)} {problem}")
         self.kind = kind
         self.scope = scope
+
+
+class DataDependentTraceWarning(UserWarning):
+    """The JIT trace met Python control flow that depends on tensor values: it counted the path taken."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Counter, DefaultDict, Optional
+from typing import Any, Counter, DefaultDict, Optional, Union
 
 from torch import nn
 
 from .analysis import JitModelAnalysis, per_operator_in_units
+from .dispatch_trace import BackwardFn
 from .handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, Handle
 
 
@@ -30,10 +31,13 @@ class FlopCountAnalysis(JitModelAnalysis):
         kwargs: Optional[Mapping[str, Any]] = None,
         *,
         elementwise: bool = False,
-        **front_end: Any,
+        backend: str = "jit",
+        backward: Union[bool, BackwardFn] = False,
+        strict: bool = False,
     ) -> None:
-        """See :class:`JitModelAnalysis`; ``elementwise=True`` also counts elementwise ops."""
-        super().__init__(model, inputs, kwargs, **front_end)
+        """See :class:`JitModelAnalysis` for ``backend``, ``backward`` and ``strict``;
+        ``elementwise=True`` also counts elementwise ops."""
+        super().__init__(model, inputs, kwargs, backend=backend, backward=backward, strict=strict)
         self._elementwise = elementwise
         self.set_op_handle(**FLOP_FORMULAS.handles())
         if elementwise:

@@ -85,8 +85,6 @@ class FlatCall(nn.Module):
         self._around_model = around_model
         self._leaves, self._spec = pytree.tree_flatten((call.args, call.kwargs))
         self._tensor_positions = [i for i, leaf in enumerate(self._leaves) if isinstance(leaf, torch.Tensor)]
-        self.returned_tensors: bool | None = None
-        """After a call: whether the model's output held any tensor."""
 
     def flat_inputs(self) -> tuple[torch.Tensor, ...]:
         return tuple(self._leaves[i] for i in self._tensor_positions)
@@ -98,6 +96,4 @@ class FlatCall(nn.Module):
             leaves[position] = tensor
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
         with self._around_model():
-            outputs = tensor_leaves(self.model(*args, **kwargs))
-        self.returned_tensors = bool(outputs)
-        return outputs
+            return tensor_leaves(self.model(*args, **kwargs))

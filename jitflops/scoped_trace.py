@@ -33,17 +33,17 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 import torch.jit._trace as jit_trace
 from torch import nn
 from torch.jit import TracerWarning
 
-from .errors import JitflopsError, TraceError
+from .errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
 from .model_guard import preserved
 from .model_io import FlatCall, ModelCall
-from .records import JitOpRecord, OpRecord, node_inputs
+from .records import JitOpRecord, OpRecord, node_inputs, node_outputs
 
 TRACER_WARNING_MODES = ("all", "no_tracer_warning", "none")
 
@@ -51,6 +51,9 @@ _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 
 _ENTER_SCOPE, _EXIT_SCOPE = "prim::Enter", "prim::Exit"
+_KEEP_ALIVE = "prim::Print"
+"""The sink that keeps computations with unused results in the graph: a node kind with side effects,
+which the tracer's dead-code elimination never removes, taking every otherwise unused value."""
 
 TracedOp = tuple["torch._C.Node", str]
 """An op node of the graph and its full scope."""
@@ -73,18 +76,21 @@ class ScopedTrace:
     def read(cls, graph: "torch._C.Graph", pushed: Sequence[str]) -> "ScopedTrace":
         """Give every node of a fresh trace its scope, from the scope markers around it (``pushed``:
         the names they opened, in order) or from the tracer's own scope where there are none, and
-        remove the markers from the graph."""
+        remove the markers and the sinks that kept unused values from the graph."""
         ops: list[tuple[str, TracedOp]] = []
         scopes: dict[str, None] = {}
-        markers = []
+        removed = []
         open_scopes = [""]
         names = iter(pushed)
         scope = ""
         for node in graph.nodes():
             kind = node.kind()
             if kind.startswith("prim::"):
+                if kind == _KEEP_ALIVE and not node.outputsSize():
+                    removed.append(node)
+                    continue
                 if _is_scope_marker(node, kind):
-                    markers.append(node)
+                    removed.append(node)
                     if kind == _ENTER_SCOPE:
                         open_scopes.append(f"{scope}/{next(names)}")
                     else:
@@ -99,8 +105,8 @@ class ScopedTrace:
             op_scope = scope or full_scope(node.scopeName())
             scopes[op_scope] = None
             ops.append((kind, (node, op_scope)))
-        for marker in markers:
-            marker.destroy()
+        for node in removed:
+            node.destroy()
         return cls(graph, tuple(ops), tuple(scopes))
 
     def operations(self) -> Iterator[tuple[str, TracedOp]]:
@@ -160,6 +166,35 @@ class _ScopeMarkers:
             del state.push_scope, state.pop_scope
 
 
+def _keep_unused_values(graph: "torch._C.Graph", nodes: Iterable["torch._C.Node"], end: "torch._C.Node") -> None:
+    """Make every value nothing uses an input of a sink node placed before ``end``, so that the
+    tracer's dead-code elimination keeps what the model computed and dropped (an unused branch, a
+    discarded layer): a profiler counts what runs. Scope blocks (the tracer's own scopes) get a sink
+    of their own. :meth:`ScopedTrace.read` removes the sinks."""
+    unused = []
+    for node in nodes:
+        if node.kind() == "prim::TracedModuleForward":
+            for block in node.blocks():
+                _keep_unused_values(graph, block.nodes(), block.returnNode())
+        if not node.hasUses():
+            unused.extend(node_outputs(node))
+    if unused:
+        graph.create(_KEEP_ALIVE, unused, 0).insertBefore(end)
+
+
+def _recording(markers: _ScopeMarkers) -> Callable[[], ContextManager[None]]:
+    """What runs around the model's call inside the trace: scope markers, then the sink for unused values."""
+
+    @contextmanager
+    def around_model() -> Iterator[None]:
+        with markers():
+            yield
+        graph = torch._C._get_tracing_state().graph()
+        _keep_unused_values(graph, graph.nodes(), graph.return_node())
+
+    return around_model
+
+
 def _is_scope_marker(node: "torch._C.Node", kind: str) -> bool:
     """Whether ``node`` (of ``kind``) is one of :class:`_ScopeMarkers`'; TorchScript's own take an input."""
     return (kind == _ENTER_SCOPE or kind == _EXIT_SCOPE) and not node.inputsSize()
@@ -209,21 +244,35 @@ def _is_compiled(model: nn.Module) -> bool:
     return isinstance(model, OptimizedModule)
 
 
-_SHAPE_SOURCES = frozenset({"aten::size", "aten::sizes", "aten::numel", "aten::dim", "prim::Constant"})
+_SHAPE_SOURCES = frozenset({
+    "aten::size", "aten::sizes", "aten::numel", "aten::dim", "aten::sym_size", "prim::Constant",
+    # read only their operand's shape, dtype or device
+    "aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::full_like", "aten::new_zeros", "aten::new_ones",
+    "aten::new_empty", "aten::new_full", "aten::new_tensor",
+})
 
 
-def _depends_on_data(value_producer: "torch._C.Node") -> bool:
-    """Whether a node's result is computed from tensor data (a graph input reached without passing
-    through a shape query), rather than from shapes and constants alone."""
-    pending, seen = [value_producer], set()
+def _depends_on_data(value_producer: "torch._C.Node", user_inputs: int) -> bool:
+    """Whether a node's result is computed from the data of the model's inputs (one of the graph's
+    first ``user_inputs`` inputs, reached without passing through a shape query), rather than from
+    shapes, constants, parameters and buffers (the graph's later inputs).
+
+    Visited nodes are kept alive while walking: pybind11 hands out one wrapper per live node, so
+    their ids are stable (ids of short-lived wrappers are reused, which made the verdict random).
+    """
+    pending, seen = [value_producer], {}
     while pending:
         node = pending.pop()
-        if node.kind() == "prim::Param":
-            return True
-        if node.kind() in _SHAPE_SOURCES or id(node) in seen:
+        if id(node) in seen or node.kind() in _SHAPE_SOURCES:
             continue
-        seen.add(id(node))
-        pending.extend(value.node() for value in node_inputs(node))
+        seen[id(node)] = node
+        for value in node_inputs(node):
+            producer = value.node()
+            if producer.kind() == "prim::Param":
+                if value.offset() < user_inputs:
+                    return True
+            else:
+                pending.append(producer)
     return False
 
 
@@ -239,8 +288,9 @@ class _TraceWarnings:
     the first tensor it converts.
     """
 
-    def __init__(self, names: Mapping[nn.Module, str]) -> None:
+    def __init__(self, names: Mapping[nn.Module, str], user_inputs: int) -> None:
         self.names = names
+        self.user_inputs = user_inputs
         self.caught: list[warnings.WarningMessage] = []
         self.data_dependent: list[tuple[str, int, str]] = []
         self._traced: Optional[tuple[Any, "torch._C.Graph"]] = None  # (tracing state, its graph): graph() costs ~20 µs
@@ -252,7 +302,7 @@ class _TraceWarnings:
             return
         if self._traced is None or self._traced[0] is not state:
             self._traced = (state, state.graph())
-        if _depends_on_data(_last_op_node(self._traced[1])):
+        if _depends_on_data(_last_op_node(self._traced[1]), self.user_inputs):
             module = _innermost_module(_stack_frames(inspect.currentframe()), self.names)
             self.data_dependent.append((filename, lineno, self.names[module] if module is not None else ""))
 
@@ -283,23 +333,29 @@ def trace_with_scopes(
     call: ModelCall,
     aliases: Mapping[Any, str],
     tracer_warnings: str = "no_tracer_warning",
+    strict: bool = False,
 ) -> ScopedTrace:
     """Trace ``model`` called with ``call``; ``aliases`` gives each module's canonical scope name.
 
     ``DataParallel`` and ``DistributedDataParallel`` wrappers are traced through their inner
     module. The model comes back unchanged, whether the trace succeeds or not.
+
+    Where Python control flow depends on the values of the model's inputs, the trace follows the
+    path those inputs took: as fvcore does, that path is counted and a
+    :class:`~jitflops.errors.DataDependentTraceWarning` names the module and source line;
+    ``strict=True`` raises a :class:`~jitflops.errors.TraceError` instead.
     """
     if _is_compiled(model):
         raise JitflopsError(f"the model is compiled with torch.compile, which the JIT tracer cannot follow: {USE_DISPATCH}")
     traced = model.module if isinstance(model, _WRAPPERS) else model
     scope_names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
     previous_map = jit_trace._trace_module_map
-    collected = _TraceWarnings(scope_names)
+    markers = _ScopeMarkers()
+    runner = FlatCall(traced, call, around_model=_recording(markers))
+    collected = _TraceWarnings(scope_names, len(runner.flat_inputs()))
     with preserved(model), warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("default", TracerWarning)
         warnings.showwarning = collected
-        markers = _ScopeMarkers()
-        runner = FlatCall(traced, call, around_model=markers)
         jit_trace._trace_module_map = scope_names
         try:
             graph = _trace_graph(runner)
@@ -311,18 +367,18 @@ def trace_with_scopes(
     collected.replay(tracer_warnings)
     if collected.data_dependent:
         filename, lineno, module = collected.data_dependent[0]
-        raise TraceError(
-            module,
-            type(model.get_submodule(module)).__name__ if module else type(model).__name__,
-            JitflopsError(
-                f"its Python control flow depends on tensor values ({filename}:{lineno}, {len(collected.data_dependent)} "
-                f"place(s)): a JIT trace follows one path and bakes the values in; {USE_DISPATCH}"
-            ),
+        module_type = type(model.get_submodule(module)).__name__ if module else type(model).__name__
+        problem = (
+            f"its Python control flow depends on tensor values ({filename}:{lineno}, {len(collected.data_dependent)} "
+            f"place(s)): a JIT trace follows the path these inputs took and bakes the values in"
         )
-    if not runner.returned_tensors:
-        raise JitflopsError(
-            "the model returned no tensor, and a JIT trace keeps only the ops that produce its tensor outputs, "
-            f"so nothing would be counted: {USE_DISPATCH}"
+        if strict:
+            raise TraceError(module, module_type, JitflopsError(f"{problem}; {USE_DISPATCH}"))
+        warnings.warn(
+            f"{describe_scope(module)} ({module_type}): {problem}; that path is counted. For the path any input takes, "
+            f"{USE_DISPATCH}; strict=True raises instead",
+            DataDependentTraceWarning,
+            stacklevel=2,
         )
     return ScopedTrace.read(graph, markers.pushed)
 

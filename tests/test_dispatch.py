@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
 
-from jitflops import FlopCountAnalysis, HandleError, JitflopsError, TraceError
+from jitflops import DataDependentTraceWarning, FlopCountAnalysis, HandleError, JitflopsError, TraceError
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO, ConvNet, TinyTransformer
 
 from helpers import assert_same_state, model_state
@@ -56,11 +58,15 @@ def test_data_dependent_control_flow_counts_what_ran(scale, steps):
     assert analysis.total() == steps * 3 * 64 + 3 * 8 * 2
 
 
-def test_data_dependent_control_flow_under_the_jit_names_the_dispatch_backend():
+def test_data_dependent_control_flow_under_the_jit_counts_the_path_taken_and_warns():
+    """fvcore's behaviour: the traced path is counted (7 steps for these inputs), with a warning
+    that names the module, the line and the dispatch backend; strict=True raises instead."""
     model = DataDependent()
     before = model_state(model)
+    with pytest.warns(DataDependentTraceWarning, match=r"root module .*control flow depends on tensor values \(.*test_dispatch.py:\d+.*backend='dispatch'"):
+        assert FlopCountAnalysis(model, torch.full((3, 8), 1.0)).total() == 7 * 3 * 64 + 3 * 8 * 2
     with pytest.raises(TraceError, match=r"root module .*control flow depends on tensor values \(.*test_dispatch.py:\d+.*backend='dispatch'"):
-        FlopCountAnalysis(model, torch.full((3, 8), 1.0)).total()
+        FlopCountAnalysis(model, torch.full((3, 8), 1.0), strict=True).total()
     assert_same_state(before, model_state(model))
 
 
@@ -97,14 +103,30 @@ class ReturnsNothingUseful(nn.Module):
         return "done"
 
 
-def test_model_returning_no_tensor():
+@pytest.mark.parametrize("backend", ["jit", "dispatch"])
+def test_model_returning_no_tensor_is_counted_by_both_backends(backend):
+    """What ran is counted, also when the JIT graph's outputs hold none of it."""
     x = torch.randn(5, 8)
-    assert FlopCountAnalysis(ReturnsPythonValues(), x, backend="dispatch").total() == 5 * 8 * 4
-    with pytest.raises(JitflopsError, match=r"control flow depends on tensor values.*backend='dispatch'"):
-        FlopCountAnalysis(ReturnsPythonValues(), x).total()  # .tolist() turns data into Python values
-    assert FlopCountAnalysis(ReturnsNothingUseful(), x, backend="dispatch").total() == 5 * 8 * 4
-    with pytest.raises(JitflopsError, match=r"returned no tensor.*backend='dispatch'"):
-        FlopCountAnalysis(ReturnsNothingUseful(), x).total()
+    assert FlopCountAnalysis(ReturnsNothingUseful(), x, backend=backend).total() == 5 * 8 * 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataDependentTraceWarning)  # .tolist() turns data into Python values
+        assert FlopCountAnalysis(ReturnsPythonValues(), x, backend=backend).total() == 5 * 8 * 4
+
+
+def test_unused_results_are_counted_by_both_backends():
+    class DropsALayer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.dropped = nn.Linear(8, 4), nn.Linear(8, 16)
+
+        def forward(self, x):
+            self.dropped(x).relu()
+            return self.used(x)
+
+    x = torch.randn(5, 8)
+    expected = {"": 5 * 8 * 20, "used": 5 * 8 * 4, "dropped": 5 * 8 * 16}
+    for backend in ("jit", "dispatch"):
+        assert FlopCountAnalysis(DropsALayer(), x, backend=backend).by_module() == expected
 
 
 def test_compiled_model():

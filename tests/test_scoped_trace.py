@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 
 import pytest
 import torch
+from fvcore import nn as fvcore_nn
 from torch import nn
 
-from jitflops import FlopCountAnalysis, TraceError, scoped_trace
+from jitflops import DataDependentTraceWarning, FlopCountAnalysis, TraceError, scoped_trace
 from jitflops.analysis import module_aliases
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO
 from jitflops.model_io import ModelCall
@@ -93,20 +95,65 @@ def test_counts_do_not_depend_on_how_scopes_are_recorded():
         assert FlopCountAnalysis(model, x).by_module_and_operator() == marked
 
 
+class _Gate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.proj(x)
+        if h.max() > 0:  # decided by the values, right after a child module returned
+            h = h * 2
+        return h
+
+
 def test_data_dependent_flow_in_a_submodule_is_named():
-    class Gate(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj = nn.Linear(8, 8)
-
-        def forward(self, x):
-            h = self.proj(x)
-            if h.max() > 0:  # decided by the values, right after a child module returned
-                h = h * 2
-            return h
-
-    model = nn.Sequential(nn.Linear(8, 8), Gate())
+    model = nn.Sequential(nn.Linear(8, 8), _Gate())
     before = model_state(model)
-    with pytest.raises(TraceError, match=r"module '1' \(Gate\).*control flow depends on tensor values"):
-        FlopCountAnalysis(model, torch.randn(2, 8)).total()
+    with pytest.raises(TraceError, match=r"module '1' \(_Gate\).*control flow depends on tensor values"):
+        FlopCountAnalysis(model, torch.randn(2, 8), strict=True).total()
     assert_same_state(before, model_state(model))
+
+
+class _StateAndShapeArithmetic(nn.Module):
+    """Python values from a buffer, a parameter and shape arithmetic that passes through tensors:
+    none depends on the inputs' values, so none is data-dependent."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.register_buffer("enabled", torch.tensor(1.0))
+
+    def forward(self, x):
+        if self.enabled.item() > 0 and self.fc.weight.abs().sum() > 0:
+            x = self.fc(x)
+        scale = torch.tensor(x.shape[-1]).float().sqrt().item() + x.new_ones(x.shape).sum().item()
+        return self.fc(x) / scale
+
+
+def _data_dependence_warnings(model, x, **settings):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        total = FlopCountAnalysis(model, x, **settings).total()
+    return total, [w for w in caught if issubclass(w.category, DataDependentTraceWarning)]
+
+
+def test_state_and_shape_arithmetic_are_not_data_dependent():
+    total, flagged = _data_dependence_warnings(_StateAndShapeArithmetic(), torch.randn(2, 8), strict=True)
+    assert total == 2 * 2 * 64 and not flagged
+
+
+def test_batch_norm_without_momentum_in_training_counts_like_fvcore():
+    """``momentum=None`` turns the ``num_batches_tracked`` buffer into a Python float every call."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, momentum=None)).train()
+    x = torch.randn(2, 3, 8, 8)
+    total, flagged = _data_dependence_warnings(model, x, strict=True)
+    assert not flagged
+    assert total == fvcore_nn.FlopCountAnalysis(model, x).unsupported_ops_warnings(False).total() == 2 * 4 * 36 * 27 + 5 * 2 * 4 * 36
+
+
+def test_the_data_dependence_verdict_is_deterministic():
+    gate = nn.Sequential(nn.Linear(8, 8), _Gate())
+    verdicts = {len(_data_dependence_warnings(gate, torch.randn(2, 8))[1]) for _ in range(30)}
+    verdicts_clean = {len(_data_dependence_warnings(_StateAndShapeArithmetic(), torch.randn(2, 8))[1]) for _ in range(30)}
+    assert verdicts == {1} and verdicts_clean == {0}
