@@ -2,7 +2,7 @@
 operator and per module, in one hierarchy."""
 
 from .activation_count import ActivationCountAnalysis, activation_count
-from .analysis import JitModelAnalysis
+from .jit_analysis import JitModelAnalysis
 from .errors import DataDependentTraceWarning, HandleError, JitflopsError, OpShapeError, TraceError
 from .flop_count import FlopCountAnalysis, flop_count
 from .handles import Handle, ShapeFormula, get_shape
@@ -11,7 +11,7 @@ from .export import profile_to_dict, write_chrome_trace, write_html, write_json,
 from .hierarchy import ModuleProfile, build_hierarchy
 from .op_table import OpRow
 from .parameter_count import parameter_count, parameter_count_table
-from .printing import flop_count_str, flop_count_table
+from .print_model_statistics import flop_count_str, flop_count_table
 from .profile import FlopsProfiler, ModelProfile, ProfileSummary, get_model_profile, profile_model
 from .timing import LatencyStats, TimedPass, time_model
 

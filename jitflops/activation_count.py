@@ -7,9 +7,13 @@ from typing import Any, Counter, DefaultDict, Optional, Union
 
 from torch import nn
 
-from .analysis import JitModelAnalysis, per_operator_in_units
+from .jit_analysis import JitModelAnalysis, per_operator_in_units
 from .dispatch_trace import BackwardFn
 from .handles import ACTIVATION_FORMULAS, FLOP_FORMULAS, Handle
+
+
+_DEFAULT_SUPPORTED_OPS: dict[str, Handle] = ACTIVATION_FORMULAS.handles()
+"""The handles every new ``ActivationCountAnalysis`` starts from (mutable, as in fvcore)."""
 
 
 class ActivationCountAnalysis(JitModelAnalysis):
@@ -28,7 +32,7 @@ class ActivationCountAnalysis(JitModelAnalysis):
     ) -> None:
         """See :class:`JitModelAnalysis`."""
         super().__init__(model, inputs, kwargs, backend=backend, backward=backward, strict=strict)
-        self.set_op_handle(**ACTIVATION_FORMULAS.handles())
+        self.set_op_handle(**_DEFAULT_SUPPORTED_OPS)
 
     @classmethod
     def _default_ignored_ops(cls) -> frozenset[str]:

@@ -191,7 +191,7 @@ def _ops_text(profile: ModelProfile, sort: str, top: Optional[int]) -> str:
 
 def render(args: argparse.Namespace, profile: ModelProfile) -> str:
     from .deepspeed_report import format_model_profile
-    from .printing import flop_count_str, flop_count_table
+    from .print_model_statistics import flop_count_str, flop_count_table
 
     if args.format == "json":
         return profile_to_json(profile)

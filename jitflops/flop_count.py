@@ -7,9 +7,14 @@ from typing import Any, Counter, DefaultDict, Optional, Union
 
 from torch import nn
 
-from .analysis import JitModelAnalysis, per_operator_in_units
+from .jit_analysis import JitModelAnalysis, per_operator_in_units
 from .dispatch_trace import BackwardFn
 from .handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, Handle
+
+
+_DEFAULT_SUPPORTED_OPS: dict[str, Handle] = FLOP_FORMULAS.handles()
+"""The handles every new ``FlopCountAnalysis`` starts from, as in fvcore: changing this table changes
+what later analyses count."""
 
 
 class FlopCountAnalysis(JitModelAnalysis):
@@ -39,7 +44,7 @@ class FlopCountAnalysis(JitModelAnalysis):
         ``elementwise=True`` also counts elementwise ops."""
         super().__init__(model, inputs, kwargs, backend=backend, backward=backward, strict=strict)
         self._elementwise = elementwise
-        self.set_op_handle(**FLOP_FORMULAS.handles())
+        self.set_op_handle(**_DEFAULT_SUPPORTED_OPS)
         if elementwise:
             self.set_op_handle(**ELEMENTWISE_FLOP_FORMULAS.handles())
 

@@ -20,7 +20,7 @@ from torch import nn
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
-from .analysis import OpCount
+from .jit_analysis import OpCount
 from .records import FORWARD
 from .handles import FLOP_FORMULAS, Handle, ShapeFormula
 from .model_guard import preserved

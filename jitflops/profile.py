@@ -17,7 +17,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from .activation_count import ActivationCountAnalysis
-from .analysis import module_aliases
+from .jit_analysis import module_aliases
 from .dispatch_trace import BackwardFn
 from .distributed import gather_profile, is_writer
 from .errors import JitflopsError

@@ -140,13 +140,14 @@ class _ScopeMarkers:
     calls into the JIT, a marker with a name attribute would be three.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
         self.pushed: list[str] = []
 
     @contextmanager
     def __call__(self) -> Iterator[None]:
         state = torch._C._get_tracing_state()
-        if state is None or torch._C._get_tracing_state() is not state:
+        if not self.enabled or state is None or torch._C._get_tracing_state() is not state:
             yield
             return
         graph = state.graph()
@@ -334,6 +335,7 @@ def trace_with_scopes(
     aliases: Mapping[Any, str],
     tracer_warnings: str = "no_tracer_warning",
     strict: bool = False,
+    marker_scopes: bool = True,
 ) -> ScopedTrace:
     """Trace ``model`` called with ``call``; ``aliases`` gives each module's canonical scope name.
 
@@ -344,13 +346,16 @@ def trace_with_scopes(
     path those inputs took: as fvcore does, that path is counted and a
     :class:`~jitflops.errors.DataDependentTraceWarning` names the module and source line;
     ``strict=True`` raises a :class:`~jitflops.errors.TraceError` instead.
+
+    ``marker_scopes=False`` leaves the tracer's own scopes on the graph's nodes (``scopeName()``),
+    at their cost, for code that reads them.
     """
     if _is_compiled(model):
         raise JitflopsError(f"the model is compiled with torch.compile, which the JIT tracer cannot follow: {USE_DISPATCH}")
     traced = model.module if isinstance(model, _WRAPPERS) else model
     scope_names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
     previous_map = jit_trace._trace_module_map
-    markers = _ScopeMarkers()
+    markers = _ScopeMarkers(enabled=marker_scopes)
     runner = FlatCall(traced, call, around_model=_recording(markers))
     collected = _TraceWarnings(scope_names, len(runner.flat_inputs()))
     with preserved(model), warnings.catch_warnings(), torch.no_grad():

@@ -11,7 +11,7 @@ from fvcore import nn as fvcore_nn
 from torch import nn
 
 from jitflops import DataDependentTraceWarning, FlopCountAnalysis, TraceError, scoped_trace
-from jitflops.analysis import module_aliases
+from jitflops.jit_analysis import module_aliases
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO
 from jitflops.model_io import ModelCall
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from numbers import Number
 from typing import Any, NamedTuple, Optional, TypeVar, Union
 
+import torch
 from torch import nn
 
 from .dispatch_trace import BackwardFn, default_backward, record_with_dispatch
@@ -34,6 +35,10 @@ T = TypeVar("T", bound="JitModelAnalysis")
 
 ANCESTOR_MODES = ("owner", "caller")
 BACKENDS = ("jit", "dispatch")
+
+_IGNORED_OPS: set[str] = set(ZERO_COST_OPS | ELEMENTWISE_FLOP_FORMULAS.kinds())
+"""Ops every new analysis ignores (counted as zero, never reported unsupported) unless a handle is set:
+data movement and elementwise work. Mutable, as fvcore's table of the same name."""
 
 _CONTAINER_FORWARDS = tuple(cls.forward for cls in (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity))
 
@@ -147,8 +152,8 @@ class JitModelAnalysis:
 
     @classmethod
     def _default_ignored_ops(cls) -> frozenset[str]:
-        """Ops known to cost nothing under the default convention: data movement and elementwise work."""
-        return ZERO_COST_OPS | ELEMENTWISE_FLOP_FORMULAS.kinds()
+        """Ops known to cost nothing under the default convention (:data:`_IGNORED_OPS`)."""
+        return frozenset(_IGNORED_OPS)
 
     # ----------------------------------------------------------------- results
 
@@ -422,3 +427,9 @@ def per_operator_in_units(analysis: JitModelAnalysis, unit: float) -> tuple[typi
     for op, value in analysis.by_operator().items():
         scaled[op] = value / unit
     return scaled, analysis.unsupported_ops()
+
+
+def _get_scoped_trace_graph(module: nn.Module, inputs: Any, aliases: Mapping[Any, str]) -> "torch._C.Graph":
+    """fvcore's helper: the traced graph of ``module(*inputs)`` whose nodes carry their module scope
+    in ``node.scopeName()`` (``aliases`` maps modules to the names used), as fvcore's reads."""
+    return trace_with_scopes(module, ModelCall.from_user(inputs), aliases, marker_scopes=False).graph

@@ -105,6 +105,13 @@ def _repr_with_statistics(model: nn.Module, stats: ModuleStats) -> str:
     return render(model, "")
 
 
+UNCALLED_LEGEND = (
+    "N/A indicates a possibly missing statistic due to how the module was called. "
+    "Missing values are still included in the parent's total."
+)
+"""fvcore's line above a printout with N/A entries."""
+
+
 def flop_count_str(
     flops: FlopCountAnalysis,
     activations: Optional[ActivationCountAnalysis] = None,
@@ -127,7 +134,8 @@ def flop_count_str(
     if activations is not None:
         _mark(printed, "#acts", acts_uncalled, "N/A")
     _add_latency(printed, columns["#flops"], latency)
-    return _repr_with_statistics(model, printed)
+    legend = UNCALLED_LEGEND + "\n" if flops_uncalled | acts_uncalled else ""
+    return legend + _repr_with_statistics(model, printed)
 
 
 def _single_child(name: str, stats: Mapping[str, object]) -> Optional[str]:
