@@ -1,0 +1,108 @@
+"""Every op in torch's own op database (``op_db``), a corpus jitflops was not written against.
+
+For a few samples of each op (float32, CPU), each op wrapped in a module:
+
+* no op is unsupported, under either backend;
+* the JIT and dispatch backends give the same total;
+* on the ops ``FlopCounterMode`` counts (products, convolutions, attention), the dispatch backend's
+  count of those ops is ``FlopCounterMode``'s halved (it counts a multiply-add as two flops).
+
+``JITFLOPS_OPDB_SAMPLES`` sets the samples per op (default 2; ``tools/`` sweeps use more).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
+
+from jitflops import FlopCountAnalysis
+
+common_methods_invocations = pytest.importorskip("torch.testing._internal.common_methods_invocations")
+
+SAMPLES_PER_OP = int(os.environ.get("JITFLOPS_OPDB_SAMPLES", "2"))
+
+TRACER_CANNOT_TRACE = {
+    "fill": "an alias-analysis assert inside torch's tracer (aten::fill with a tensor value)",
+    "resize_": "the tracer rejects an output whose data it cannot observe after an in-place resize",
+    "resize_as_": "as resize_",
+}
+"""Ops whose samples torch's own JIT tracer fails on: what the op_db run allows to raise, and only under the JIT."""
+
+KNOWN_BACKEND_DIFFERENCES = {
+    ("norm", "nuc"): (
+        "torch.norm is Python code whose body runs without any TorchFunctionMode, so the dispatch backend sees "
+        "its SVD; and under any TorchDispatchMode torch's SVD also computes the singular vectors (its gradient "
+        "check counts every tensor as a possible subclass), which a plain run does not: the dispatch backend "
+        "counts that costlier SVD. The JIT counts the singular values alone, as a plain run computes them."
+    ),
+}
+"""(op, variant) pairs whose two backends differ, and why: measured, not hidden."""
+
+FLOP_COUNTER_KINDS = {str(op).replace(".", "::", 1) for op in flop_registry}
+
+
+class OpModule(nn.Module):
+    def __init__(self, op, kwargs):
+        super().__init__()
+        self.op = op
+        self.kwargs = kwargs
+
+    def forward(self, *args):
+        return self.op(*args, **self.kwargs)
+
+
+def _samples(info):
+    try:
+        return list(info.sample_inputs("cpu", torch.float32, requires_grad=False))[:SAMPLES_PER_OP]
+    except Exception:  # an OpInfo without float32 CPU samples
+        return []
+
+
+def _runs_eagerly(info, args, kwargs) -> bool:
+    try:
+        info.op(*args, **kwargs)
+        return True
+    except Exception:  # the sample is not valid for this op on the CPU (the op's own check): nothing to count
+        return False
+
+
+def _count(model, args, backend):
+    analysis = FlopCountAnalysis(model, args, backend=backend).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return analysis.total(), analysis.unsupported_ops(), analysis
+
+
+OPS = common_methods_invocations.op_db
+
+
+@pytest.mark.parametrize("info", OPS, ids=[f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name for info in OPS])
+def test_op_is_counted_alike_by_both_backends_and_torch(info):
+    logging.disable(logging.WARNING)
+    try:
+        for sample in _samples(info):
+            args = (sample.input, *sample.args)
+            if not _runs_eagerly(info, args, sample.kwargs):
+                continue
+            model = OpModule(info.op, sample.kwargs)
+            dispatch_total, dispatch_unsupported, dispatch = _count(model, args, "dispatch")
+            try:
+                jit_total, jit_unsupported, _ = _count(model, args, "jit")
+            except Exception as error:
+                assert info.name in TRACER_CANNOT_TRACE, f"{info.name}: {type(error).__name__}: {error}"
+                continue
+            assert not jit_unsupported and not dispatch_unsupported, (jit_unsupported, dispatch_unsupported)
+            if (info.name, info.variant_test_name) not in KNOWN_BACKEND_DIFFERENCES:
+                assert jit_total == dispatch_total, f"jit {jit_total} != dispatch {dispatch_total}"
+            with FlopCounterMode(display=False) as torch_count:
+                info.op(*args, **sample.kwargs)
+            ours = sum(op.count for op in dispatch.op_counts() if op.kind in FLOP_COUNTER_KINDS)
+            assert 2 * ours == torch_count.get_total_flops()
+    finally:
+        logging.disable(logging.NOTSET)
