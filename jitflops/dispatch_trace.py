@@ -170,6 +170,11 @@ class DispatchTrace:
     def scopes(self) -> Iterator[str]:
         return iter(dict.fromkeys(path for path, _ in self.records))
 
+    @staticmethod
+    def parts(item: tuple[str, EagerOpRecord]) -> tuple[()]:
+        """Recorded ops are the kernels that ran: none is made of others."""
+        return ()
+
 
 def default_backward(output: Any) -> None:
     """Backward from the sum of every floating-point output that requires grad."""

@@ -360,24 +360,32 @@ class JitModelAnalysis:
         counts: dict[str, typing.Counter[str]] = {}
         unsupported: dict[str, typing.Counter[str]] = {}
         op_counts: list[OpCount] = []
-        for kind, item in trace.operations():
-            handle = handles.get(kind)
-            if handle is None:
-                if kind not in ignored:
-                    unsupported.setdefault(trace.scope_of(item), Counter())[kind] += 1
-                continue
-            scope = trace.scope_of(item)
-            module = scope.rpartition("/")[2]
-            record = trace.record(item, kind, module)
-            result = self._run_handle(handle, record)
-            if record.phase != FORWARD:
-                result = Counter({f"{record.phase}.{key}": value for key, value in result.items()})
-            op_counts.append(OpCount(module, kind, handle, sum(result.values()), record.phase))
-            ops = counts.get(scope)
-            if ops is None:
-                counts[scope] = result
-            else:
-                ops.update(result)
+
+        def count(operations: typing.Iterable[tuple[str, Any]]) -> None:
+            for kind, item in operations:
+                handle = handles.get(kind)
+                if handle is None:
+                    if kind not in ignored:
+                        parts = trace.parts(item)  # an op without a handle is counted by what it is made of
+                        if parts:
+                            count(parts)
+                        else:
+                            unsupported.setdefault(trace.scope_of(item), Counter())[kind] += 1
+                    continue
+                scope = trace.scope_of(item)
+                module = scope.rpartition("/")[2]
+                record = trace.record(item, kind, module)
+                result = self._run_handle(handle, record)
+                if record.phase != FORWARD:
+                    result = Counter({f"{record.phase}.{key}": value for key, value in result.items()})
+                op_counts.append(OpCount(module, kind, handle, sum(result.values()), record.phase))
+                ops = counts.get(scope)
+                if ops is None:
+                    counts[scope] = result
+                else:
+                    ops.update(result)
+
+        count(trace.operations())
         return counts, unsupported, op_counts
 
     @staticmethod

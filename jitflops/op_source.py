@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator, Protocol, Sequence
 
 from .records import OpRecord
 
@@ -12,7 +12,9 @@ class OpSource(Protocol):
 
     Scopes are full paths of canonical module names from the root, joined by ``/``, the root being
     ``""``: ``"/encoder/encoder.layer.0"``. ``operations`` yields ``(kind, item)`` cheaply; the
-    engine asks ``scope_of`` and ``record`` only for the ops it counts or reports.
+    engine asks ``scope_of`` and ``record`` only for the ops it counts or reports, and ``parts`` only
+    for an op it has no handle for: the ops it is made of (a custom autograd Function's traced
+    forward), counted in its place.
     """
 
     def operations(self) -> Iterator[tuple[str, Any]]: ...
@@ -22,3 +24,5 @@ class OpSource(Protocol):
     def record(self, item: Any, kind: str, module: str) -> OpRecord: ...
 
     def scopes(self) -> Iterator[str]: ...
+
+    def parts(self, item: Any) -> Sequence[tuple[str, Any]]: ...

@@ -124,6 +124,15 @@ class ScopedTrace:
         """Every distinct full scope of the graph's nodes, root first: ``"/a/a.b"``."""
         return iter(self.distinct_scopes)
 
+    @staticmethod
+    def parts(op: TracedOp) -> list[tuple[str, TracedOp]]:
+        """The ops of a custom autograd Function's forward (``prim::PythonOp``), which the tracer
+        keeps as the node's subgraph: what the Function runs, and what the dispatch backend sees."""
+        node, scope = op
+        if node.kind() != "prim::PythonOp" or "Subgraph" not in node.attributeNames():
+            return []
+        return [(kind, (part, scope)) for part in node.g("Subgraph").nodes() if not (kind := part.kind()).startswith("prim::") or kind == "prim::PythonOp"]
+
 
 def full_scope(scope_name: str) -> str:
     """The node's scope with the root module (``""``) in front, as fvcore's scopes read: ``"/a/a.b"``."""
@@ -171,12 +180,27 @@ def _keep_unused_values(graph: "torch._C.Graph", nodes: Iterable["torch._C.Node"
     """Make every value nothing uses an input of a sink node placed before ``end``, so that the
     tracer's dead-code elimination keeps what the model computed and dropped (an unused branch, a
     discarded layer): a profiler counts what runs. Scope blocks (the tracer's own scopes) get a sink
-    of their own. :meth:`ScopedTrace.read` removes the sinks."""
+    of their own. :meth:`ScopedTrace.read` removes the sinks.
+
+    The ops a custom autograd Function's forward ran are traced twice: into the graph, right after
+    the Function's own node (which replaces their result), and into that node's subgraph. Those in
+    the graph (told by the subgraph's sequence of kinds) are left to the dead-code elimination;
+    :meth:`ScopedTrace.parts` counts the subgraph's.
+    """
     unused = []
+    twins: list[str] = []  # kinds of the graph's copies still expected after a Function's node, in order
     for node in nodes:
-        if node.kind() == "prim::TracedModuleForward":
+        kind = node.kind()
+        if twins and kind == twins[0]:
+            twins.pop(0)
+            continue
+        if twins and not _is_scope_marker(node, kind):
+            twins = []
+        if kind == "prim::TracedModuleForward":
             for block in node.blocks():
                 _keep_unused_values(graph, block.nodes(), block.returnNode())
+        elif kind == "prim::PythonOp" and "Subgraph" in node.attributeNames():
+            twins = [part.kind() for part in node.g("Subgraph").nodes()]
         if not node.hasUses():
             unused.extend(node_outputs(node))
     if unused:

@@ -59,7 +59,7 @@ REDUCTION_OPS = _with_inplace(
     "sum mean nansum nanmean var std var_mean std_mean norm linalg_vector_norm frobenius_norm amax amin "
     "max min aminmax prod logsumexp cumsum cumprod all any argmax argmin count_nonzero "
     "cummax cummin logcumsumexp renorm sum_to_size trace trapezoid trapz cumulative_trapezoid allclose equal hash_tensor "
-    "_weight_norm _weight_norm_interface special_logsumexp"
+    "_weight_norm _weight_norm_interface special_logsumexp _is_all_true _is_any_true"
 )
 SOFTMAX_OPS = _with_inplace(
     "softmax log_softmax _softmax _log_softmax _safe_softmax _softmax_backward_data _log_softmax_backward_data "

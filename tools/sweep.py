@@ -1,0 +1,252 @@
+"""Count every base-model architecture of transformers' auto mapping, built from a tiny config.
+
+Each architecture is built from its config class with generic shrinking (few layers, small hidden
+sizes, few heads and experts) and random weights, given inputs made from its ``main_input_name``,
+and run eagerly. Where the forward runs, it is counted by both backends and by ``FlopCounterMode``,
+and the sweep reports per architecture: errors, unsupported ops, JIT != dispatch, and totals below
+``FlopCounterMode``'s (halved: it counts a multiply-add as two flops).
+
+    python tools/sweep.py                       # every architecture, results in tools/sweep_results.json
+    python tools/sweep.py --only bert,llama     # some
+    python tools/sweep.py --sample 12 --seed 0  # a random sample (what the test suite runs)
+
+Architectures run in worker processes, each with a time limit, so one that hangs or crashes does
+not stop the sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing
+import random
+import signal
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+RESULTS = Path(__file__).with_name("sweep_results.json")
+
+DEPTH = {
+    "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2, "n_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
+    "num_decoder_layers": 2, "num_encoder_layers": 2,
+}
+"""Depth alone: the second recipe, for architectures whose widths are tied together in ways generic
+shrinking breaks (fixed head dims, rope sections, hybrid layer patterns)."""
+
+SHRINK = {
+    **DEPTH,
+    # sizes
+    "hidden_size": 64, "d_model": 64, "n_embd": 64, "embed_dim": 64, "dim": 64, "projection_dim": 32,
+    "intermediate_size": 128, "ffn_dim": 128, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "d_ff": 128, "n_inner": 128,
+    "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+    # heads
+    "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+    "num_heads": 4, "num_key_value_heads": 2,
+    # experts
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+}
+"""Config keys shrunk wherever they hold an integer, at every level of nested configs: the first recipe."""
+
+RECIPES = {"tiny": SHRINK, "shallow": DEPTH}
+MAX_PARAMETERS = 1_000_000_000
+"""A recipe that leaves more parameters than this is not built (measured on the meta device)."""
+
+SEQUENCE = 8
+TIME_LIMIT_S = 120
+
+
+@dataclass
+class ArchitectureResult:
+    model_type: str
+    class_name: str
+    recipe: str = ""
+    status: str = "ok"
+    """ok | build failed | eager failed | counted (with faults listed) | timeout"""
+    error: str = ""
+    jit_error: str = ""
+    dispatch_error: str = ""
+    jit: Optional[int] = None
+    dispatch: Optional[int] = None
+    flop_counter: Optional[float] = None
+    unsupported: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        return (
+            self.jit is not None and self.dispatch is not None and self.jit == self.dispatch and not self.unsupported
+            and (self.flop_counter is None or 2 * self.jit >= self.flop_counter)
+        )
+
+
+def _shrink(config: Any, sizes: dict[str, int]) -> None:
+    for key, value in list(vars(config).items()):
+        if key in sizes and isinstance(value, int) and not isinstance(value, bool) and value > sizes[key]:
+            setattr(config, key, sizes[key])
+        elif hasattr(value, "to_dict") and hasattr(value, "model_type"):
+            _shrink(value, sizes)
+    layers = getattr(config, "num_hidden_layers", None)
+    for key in ("layer_types", "mlp_only_layers"):
+        value = getattr(config, key, None)
+        if isinstance(value, list) and isinstance(layers, int) and key == "layer_types":
+            setattr(config, key, value[:layers])
+
+
+def _inputs(model: Any, config: Any) -> dict[str, Any]:
+    """Inputs for the model's ``main_input_name``; encoder-decoder models also get decoder ids, and
+    models with a vision tower also get pixels."""
+    import torch
+
+    name = getattr(model, "main_input_name", "input_ids")
+    vision = getattr(config, "vision_config", None)
+    inputs: dict[str, Any] = {}
+    if name == "input_ids":
+        vocab = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", 100)
+        inputs["input_ids"] = torch.randint(0, min(vocab, 100), (1, SEQUENCE))
+    if name == "pixel_values" or (name == "input_ids" and vision is not None):
+        vision = vision or config
+        size = getattr(vision, "image_size", 32)
+        size = size[0] if isinstance(size, (list, tuple)) else size
+        inputs["pixel_values"] = torch.randn(1, getattr(vision, "num_channels", 3), size, size)
+    if name == "input_values":
+        inputs["input_values"] = torch.randn(1, 4000)
+    if name == "input_features":
+        frames = 3000 if "whisper" in type(config).__name__.lower() else 64
+        inputs["input_features"] = torch.randn(1, getattr(config, "num_mel_bins", 80), frames)
+    if not inputs:
+        raise ValueError(f"no input recipe for main input {name!r}")
+    if getattr(config, "is_encoder_decoder", False):
+        inputs["decoder_input_ids"] = torch.randint(0, 2, (1, SEQUENCE))
+    return inputs
+
+
+def run_architecture(model_type: str, class_name: str) -> ArchitectureResult:
+    """Build, run and count one architecture (in a worker process)."""
+    import torch
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import jitflops
+
+    warnings.simplefilter("ignore")
+    logging.disable(logging.WARNING)
+    start = time.perf_counter()
+    for recipe, sizes in RECIPES.items():  # the first recipe whose model builds and runs
+        result = ArchitectureResult(model_type, class_name, recipe)
+        try:
+            config = transformers.AutoConfig.for_model(model_type)
+            _shrink(config, sizes)
+            model_class = getattr(transformers, class_name)
+            with torch.device("meta"):
+                parameters = sum(p.numel() for p in model_class(config).parameters())
+            if parameters > MAX_PARAMETERS:
+                raise ValueError(f"{parameters / 1e6:.0f}M parameters after shrinking")
+            torch.manual_seed(0)
+            model = model_class(config).eval()
+            inputs = _inputs(model, config)
+        except Exception as error:
+            result.status, result.error = "build failed", f"{type(error).__name__}: {str(error)[:300]}"
+            continue
+        try:
+            with torch.no_grad(), FlopCounterMode(display=False) as counter:
+                model(**inputs)
+            result.flop_counter = counter.get_total_flops()
+            break
+        except Exception as error:
+            result.status, result.error = "eager failed", f"{type(error).__name__}: {str(error)[:300]}"
+    if result.status != "ok":
+        return result
+    unsupported: Counter = Counter()
+    for backend in ("jit", "dispatch"):
+        try:
+            analysis = jitflops.FlopCountAnalysis(model, inputs, backend=backend)
+            setattr(result, backend, int(analysis.total()))
+            unsupported.update({f"{backend}:{op}": n for op, n in analysis.unsupported_ops().items()})
+        except Exception as error:
+            setattr(result, f"{backend}_error", f"{type(error).__name__}: {str(error)[:300]}")
+    result.unsupported = dict(unsupported)
+    result.status = "counted"
+    result.seconds = round(time.perf_counter() - start, 2)
+    return result
+
+
+class _TimeLimit(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _TimeLimit()
+
+
+def run_with_time_limit(task: tuple[str, str]) -> dict:
+    """One architecture in a worker process, stopped after ``TIME_LIMIT_S``; a crash is reported, never raised."""
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(TIME_LIMIT_S)
+    try:
+        return asdict(run_architecture(*task))
+    except _TimeLimit:
+        return asdict(ArchitectureResult(*task, status="timeout"))
+    except BaseException:
+        return asdict(ArchitectureResult(*task, status="crashed", error=traceback.format_exc()[-300:]))
+    finally:
+        signal.alarm(0)
+
+
+def architectures() -> list[tuple[str, str]]:
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    return [(model_type, name if isinstance(name, str) else name[0]) for model_type, name in MODEL_MAPPING_NAMES.items()]
+
+
+def summarise(results: list[dict]) -> dict[str, Any]:
+    ran = [r for r in results if r["status"] == "counted"]
+    typed = [ArchitectureResult(**r) for r in ran]
+    return {
+        "architectures": len(results),
+        "eager forward runs": len(ran),
+        "counted cleanly by both backends": sum(r.clean for r in typed),
+        "JIT fails": sum(bool(r.jit_error) for r in typed),
+        "dispatch fails": sum(bool(r.dispatch_error) for r in typed),
+        "with unsupported ops": sum(bool(r.unsupported) for r in typed),
+        "JIT != dispatch": sum(r.jit is not None and r.dispatch is not None and r.jit != r.dispatch for r in typed),
+        "below FlopCounterMode / 2": sum(r.jit is not None and r.flop_counter is not None and 2 * r.jit < r.flop_counter for r in typed),
+        "build or eager forward fails": sum(r["status"] in ("build failed", "eager failed", "timeout", "crashed") for r in results),
+    }
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated model types")
+    parser.add_argument("--sample", type=int, help="a random sample of this many architectures")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    tasks = architectures()
+    if args.only:
+        wanted = set(args.only.split(","))
+        tasks = [task for task in tasks if task[0] in wanted]
+    if args.sample:
+        tasks = random.Random(args.seed).sample(tasks, args.sample)
+    results = []
+    with multiprocessing.get_context("spawn").Pool(args.workers, maxtasksperchild=20) as pool:
+        for index, result in enumerate(pool.imap(run_with_time_limit, tasks), 1):
+            results.append(result)
+            faults = [k for k in ("error", "jit_error", "dispatch_error") if result.get(k)] + (["unsupported"] if result.get("unsupported") else [])
+            if result["status"] == "counted" and result["jit"] != result["dispatch"]:
+                faults.append(f"jit {result['jit']} != dispatch {result['dispatch']}")
+            print(f"[{index}/{len(tasks)}] {result['model_type']}: {result['status']} {' '.join(faults)}", flush=True)
+    summary = summarise(results)
+    args.output.write_text(json.dumps({"summary": summary, "results": results}, indent=1))
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
