@@ -175,6 +175,10 @@ class DispatchTrace:
         """Recorded ops are the kernels that ran: none is made of others."""
         return ()
 
+    @staticmethod
+    def replay_warnings(mode: str) -> None:
+        """The model's warnings were shown as it ran."""
+
 
 def default_backward(output: Any) -> None:
     """Backward from the sum of every floating-point output that requires grad."""

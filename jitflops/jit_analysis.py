@@ -305,14 +305,16 @@ class JitModelAnalysis:
         """The model's ops with their scopes (a JIT trace or a dispatch recording), taken on first use and kept."""
         if self._trace is None:
             if self._backend == "jit":
-                self._trace = trace_with_scopes(self._model, self._call, self._aliases, self._warn_trace, self._strict)
+                self._trace = trace_with_scopes(self._model, self._call, self._aliases, self._strict)
             else:
                 self._trace = record_with_dispatch(self._model, self._call, self._aliases, self._backward)
         return self._trace
 
     def _results(self, emit_warnings: bool = True) -> Statistics:
         if self._stats is None:  # traced from here, not from _analyze: the tracer walks every frame above it per node
-            self._stats = self._analyze(self.scoped_trace())
+            trace = self.scoped_trace()
+            trace.replay_warnings(self._warn_trace)
+            self._stats = self._analyze(trace)
             self._warnings_emitted = False
         if emit_warnings and not self._warnings_emitted:
             self._warnings_emitted = True
@@ -405,10 +407,11 @@ class JitModelAnalysis:
     # ---------------------------------------------------------------- warnings
 
     def _warn_unsupported_ops(self, ops: typing.Counter[str]) -> None:
-        if not self._enable_warn_unsupported_ops or not ops:
+        """One warning per op, in fvcore's words, so that log filters written for fvcore keep working."""
+        if not self._enable_warn_unsupported_ops:
             return
-        listing = ", ".join(f"{op} ({count} time{'s' if count > 1 else ''})" for op, count in sorted(ops.items()))
-        logger.warning("Unsupported operator(s), not counted: %s", listing)
+        for op, count in sorted(ops.items()):
+            logger.warning("Unsupported operator %s encountered %d time(s)", op, count)
 
     def _warn_uncalled_mods(self, uncalled: frozenset[str]) -> None:
         if not self._enable_warn_uncalled_mods:

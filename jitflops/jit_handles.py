@@ -3,22 +3,23 @@
 ``from fvcore.nn.jit_handles import addmm_flop_jit`` becomes ``from jitflops.jit_handles import
 addmm_flop_jit``. Each handle takes the op's input and output ``torch._C.Value`` lists and returns
 a count, as in fvcore; the counts are jitflops' formulas (the same as fvcore's wherever fvcore
-counts right, and right where it is not: broadcast batch dims, 1-D operands, rank > 5 norms).
+counts right, and right where it is not: broadcast batch dims, 1-D operands, rank > 5 norms). The
+per-op handles are ``ShapeFormula``\ s, which also take op records: they work with the dispatch
+backend too.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from numbers import Number
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from .handles.convolution import conv_macs, convolution_flops
 from .handles.einsum import einsum_flops
 from .handles.linear_algebra import addmm_flops, linear_flops, matmul_flops
 from .handles.normalization import batch_norm_flops
-from .handles.registry import Count, FvcoreHandle as Handle
+from .handles.registry import FvcoreHandle as Handle, ShapeFormula
 from .handles.shapes import get_shape, prod
-from .records import JitOpRecord, OpRecord
 
 __all__ = [
     "Handle",
@@ -37,25 +38,13 @@ __all__ = [
 ]
 
 
-def _jit_handle(formula: Callable[[OpRecord], Count], key: Optional[str] = None) -> Handle:
-    """The fvcore-style handle of a jitflops formula: it reads the op's node from its first output."""
-
-    def handle(inputs: list, outputs: list) -> Count:
-        node = outputs[0].node()
-        count = formula(JitOpRecord(node, node.kind(), ""))
-        return Counter({key: count}) if key else count
-
-    handle.__doc__ = formula.__doc__
-    return handle
-
-
-addmm_flop_jit = _jit_handle(addmm_flops)
-linear_flop_jit = _jit_handle(linear_flops)
-bmm_flop_jit = _jit_handle(matmul_flops)
-matmul_flop_jit = _jit_handle(matmul_flops)
-einsum_flop_jit = _jit_handle(einsum_flops)
-conv_flop_jit = _jit_handle(convolution_flops, key="conv")
-batchnorm_flop_jit = _jit_handle(batch_norm_flops)
+addmm_flop_jit = ShapeFormula(addmm_flops)
+linear_flop_jit = ShapeFormula(linear_flops)
+bmm_flop_jit = ShapeFormula(matmul_flops)
+matmul_flop_jit = ShapeFormula(matmul_flops)
+einsum_flop_jit = ShapeFormula(einsum_flops)
+conv_flop_jit = ShapeFormula(convolution_flops, key="conv")
+batchnorm_flop_jit = ShapeFormula(batch_norm_flops)
 
 
 def conv_flop_count(x_shape: list[int], w_shape: list[int], out_shape: list[int], transposed: bool = False) -> int:

@@ -26,3 +26,6 @@ class OpSource(Protocol):
     def scopes(self) -> Iterator[str]: ...
 
     def parts(self, item: Any) -> Sequence[tuple[str, Any]]: ...
+
+    def replay_warnings(self, mode: str) -> None:
+        """Show again what the front end warned about while recording (``tracer_warnings`` mode)."""

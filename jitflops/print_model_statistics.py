@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from torch import nn
 
@@ -19,13 +19,22 @@ LATENCY_COLUMN, RATE_COLUMN = "#latency", "#FLOP/s"
 ModuleStats = dict[str, dict[str, str]]
 
 
-def _by_module(columns: Mapping[str, Mapping[str, int]], names: list[str], fill_missing: bool) -> dict[str, dict[str, int]]:
-    """``{column: {module: value}}`` -> ``{module: {column: value}}``; a module missing from a column
-    gets 0 there with ``fill_missing``, and no cell otherwise (it prints empty)."""
-    return {
-        name: {column: values.get(name, 0) for column, values in columns.items() if fill_missing or name in values}
-        for name in names
-    }
+def _group_by_module(statistics: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{statistic: {module: value}}`` -> ``{module: {statistic: value}}`` (fvcore's helper)."""
+    grouped: dict[str, dict[str, Any]] = {}
+    for statistic, values in statistics.items():
+        for module, value in values.items():
+            grouped.setdefault(module, {})[statistic] = value
+    return grouped
+
+
+def _fill_missing_statistics(model: nn.Module, statistics: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Every statistic gets a 0 for each of the model's modules it lacks (fvcore's helper)."""
+    filled = {statistic: dict(values) for statistic, values in statistics.items()}
+    for name, _ in model.named_modules():
+        for values in filled.values():
+            values.setdefault(name, 0)
+    return filled
 
 
 def _children(name: str, names: Mapping[str, object]) -> list[str]:
@@ -34,30 +43,40 @@ def _children(name: str, names: Mapping[str, object]) -> list[str]:
     return [child for child in names if child and child.startswith(prefix) and child.count(".") == depth]
 
 
-def _drop_zero_rows(stats: dict[str, dict[str, int]], keep: set[str], keep_parents_of_kept: bool) -> dict[str, dict[str, int]]:
-    """Rows whose every value is zero are dropped, except those in ``keep`` (and, if asked, rows
-    with a kept descendant)."""
+def _remove_zero_statistics(
+    statistics: Mapping[str, Mapping[str, int]], force_keep: Optional[set[str]] = None, require_trivial_children: bool = False
+) -> dict[str, dict[str, int]]:
+    """Modules whose every statistic is zero are dropped, except the root, those in ``force_keep``
+    and, with ``require_trivial_children``, those with a kept descendant (fvcore's helper; fvcore
+    also drops an all-zero root)."""
+    keep = force_keep or set()
     kept: dict[str, dict[str, int]] = {}
 
     def visit(name: str) -> bool:
-        child_kept = [visit(child) for child in _children(name, stats)]
-        keep_row = name == "" or name in keep or any(value != 0 for value in stats[name].values())
-        keep_row = keep_row or (keep_parents_of_kept and any(child_kept))
+        child_kept = [visit(child) for child in _children(name, statistics)]
+        keep_row = name == "" or name in keep or any(value != 0 for value in statistics[name].values())
+        keep_row = keep_row or (require_trivial_children and any(child_kept))
         if keep_row:
-            kept[name] = dict(stats[name])
+            kept[name] = dict(statistics[name])
         return keep_row
 
     visit("")
     return kept
 
 
-def _formatted(stats: dict[str, dict[str, int]], sig_figs: int) -> ModuleStats:
-    return {name: {column: format_size(value, sig_figs) for column, value in row.items()} for name, row in stats.items()}
+def _pretty_statistics(statistics: Mapping[str, Mapping[str, int]], sig_figs: int = 3, hide_zero: bool = False) -> ModuleStats:
+    """Every value in fvcore's compact format (fvcore's helper)."""
+    return {name: {column: format_size(value, sig_figs, hide_zero) for column, value in row.items()} for name, row in statistics.items()}
 
 
-def _mark(stats: ModuleStats, column: str, modules: set[str], indicator: str) -> None:
-    for name in modules & stats.keys():
-        stats[name][column] = indicator
+def _indicate_uncalled_modules(
+    statistics: ModuleStats, stat_name: str, uncalled_modules: set[str], uncalled_indicator: str = "N/A"
+) -> ModuleStats:
+    """A copy with ``stat_name`` of every uncalled module replaced by ``uncalled_indicator`` (fvcore's helper)."""
+    marked = {name: dict(row) for name, row in statistics.items()}
+    for name in uncalled_modules:
+        marked.setdefault(name, {})[stat_name] = uncalled_indicator
+    return marked
 
 
 def _analysis_columns(flops: FlopCountAnalysis, activations: Optional[ActivationCountAnalysis], flops_name: str, acts_name: str) -> dict[str, dict[str, int]]:
@@ -80,7 +99,7 @@ def _add_latency(printed: ModuleStats, flops_by_module: Mapping[str, int], laten
     return [LATENCY_COLUMN, RATE_COLUMN]
 
 
-def _repr_with_statistics(model: nn.Module, stats: ModuleStats) -> str:
+def _model_stats_str(model: nn.Module, stats: ModuleStats) -> str:
     """``str(model)`` with each module's statistics as an extra line, as fvcore prints it."""
 
     def indent(text: str) -> str:
@@ -128,22 +147,21 @@ def flop_count_str(
     columns.update(_analysis_columns(flops, activations, "#flops", "#acts"))
     flops_uncalled = flops.uncalled_modules(emit_warnings=False)
     acts_uncalled = activations.uncalled_modules(emit_warnings=False) if activations is not None else set()
-    stats = _by_module(columns, list(dict(model.named_modules())), fill_missing=True)
-    printed = _formatted(_drop_zero_rows(stats, keep=flops_uncalled | acts_uncalled, keep_parents_of_kept=False), sig_figs=2)
-    _mark(printed, "#flops", flops_uncalled, "N/A")
+    stats = _remove_zero_statistics(_group_by_module(_fill_missing_statistics(model, columns)), force_keep=flops_uncalled | acts_uncalled)
+    printed = _indicate_uncalled_modules(_pretty_statistics(stats, sig_figs=2), "#flops", flops_uncalled)
     if activations is not None:
-        _mark(printed, "#acts", acts_uncalled, "N/A")
+        printed = _indicate_uncalled_modules(printed, "#acts", acts_uncalled)
     _add_latency(printed, columns["#flops"], latency)
     legend = UNCALLED_LEGEND + "\n" if flops_uncalled | acts_uncalled else ""
-    return legend + _repr_with_statistics(model, printed)
+    return legend + _model_stats_str(model, printed)
 
 
-def _single_child(name: str, stats: Mapping[str, object]) -> Optional[str]:
+def _get_single_child(name: str, stats: Mapping[str, object]) -> Optional[str]:
     children = _children(name, stats)
     return children[0] if len(children) == 1 else None
 
 
-def _merged(row: dict[str, str], child_row: dict[str, str]) -> Optional[dict[str, str]]:
+def _try_combine(row: dict[str, str], child_row: dict[str, str]) -> Optional[dict[str, str]]:
     """One row for a module and its only child, if their values agree (or one side is empty)."""
     if row.keys() != child_row.keys():
         return None
@@ -156,27 +174,28 @@ def _merged(row: dict[str, str], child_row: dict[str, str]) -> Optional[dict[str
     return merged
 
 
-def _fast_forward(name: str, stats: ModuleStats) -> tuple[str, dict[str, str]]:
+def _fastforward(name: str, stats: ModuleStats) -> tuple[str, dict[str, str]]:
     """Follow chains of single children with the same statistics, so they print as one row."""
     row = stats[name]
-    child = _single_child(name, stats)
+    child = _get_single_child(name, stats)
     while child is not None:
-        merged = _merged(row, stats[child])
+        merged = _try_combine(row, stats[child])
         if merged is None:
             break
         name, row = child, merged
-        child = _single_child(name, stats)
+        child = _get_single_child(name, stats)
     return name, row
 
 
-def _statistics_table(stats: ModuleStats, max_depth: int, columns: list[str]) -> str:
+def _model_stats_table(stats: ModuleStats, max_depth: int = 3, stat_columns: Optional[list[str]] = None) -> str:
+    columns = stat_columns if stat_columns is not None else list(dict.fromkeys(column for row in stats.values() for column in row))
     rows: list[list[str]] = []
 
     def add_row(name: str, row: dict[str, str], depth: int, shown_name: str) -> None:
         pad = " " * depth
         rows.append([pad + shown_name] + [pad + row[column] if column in row else "" for column in columns])
 
-    root_name, root_row = _fast_forward("", stats)
+    root_name, root_row = _fastforward("", stats)
     add_row(root_name, root_row, 0, root_name or "model")
     root_prefix = root_name + "." if root_name else ""
 
@@ -184,7 +203,7 @@ def _statistics_table(stats: ModuleStats, max_depth: int, columns: list[str]) ->
         if depth > max_depth:
             return
         for child in _children(parent, stats):
-            name, row = _fast_forward(child, stats)
+            name, row = _fastforward(child, stats)
             shown = name[len(root_prefix):] if root_prefix and name.startswith(root_prefix) else name
             add_row(name, row, depth, shown)
             fill(depth + 1, name)
@@ -211,12 +230,11 @@ def flop_count_table(
     model = flops._model
     columns = {params_column: dict(parameter_count(model))}
     columns.update(_analysis_columns(flops, activations, "#flops", "#activations"))
-    names = list(dict.fromkeys(list(columns[params_column]) + list(dict(model.named_modules()))))
-    stats = _drop_zero_rows(_by_module(columns, names, fill_missing=False), keep=set(), keep_parents_of_kept=True)
-    printed = _formatted(stats, sig_figs=3)
-    _mark(printed, "#flops", flops.uncalled_modules(emit_warnings=False), "")
+    stats = _remove_zero_statistics(_group_by_module(columns), require_trivial_children=True)
+    printed = _pretty_statistics(stats)
+    printed = _indicate_uncalled_modules(printed, "#flops", flops.uncalled_modules(emit_warnings=False) & printed.keys(), "")
     if activations is not None:
-        _mark(printed, "#activations", activations.uncalled_modules(emit_warnings=False), "")
+        printed = _indicate_uncalled_modules(printed, "#activations", activations.uncalled_modules(emit_warnings=False) & printed.keys(), "")
     parameter_shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     for name in parameter_shapes.keys() & printed.keys():
         if show_param_shapes:
@@ -225,7 +243,7 @@ def flop_count_table(
             del printed[name]
     modules = {name: row for name, row in printed.items() if name not in parameter_shapes}
     latency_columns = _add_latency(modules, columns["#flops"], latency)
-    table = _statistics_table(printed, max_depth, list(columns) + latency_columns)
+    table = _model_stats_table(printed, max_depth, list(columns) + latency_columns)
     if show_convention:
         table += f"\n\nCounting convention: {flops.convention()}"
     return table

@@ -71,9 +71,11 @@ class ScopedTrace:
     graph: "torch._C.Graph"
     ops: tuple[tuple[str, TracedOp], ...]
     distinct_scopes: tuple[str, ...]
+    caught: tuple[warnings.WarningMessage, ...] = ()
+    """The warnings raised while tracing, shown again each time the trace is counted."""
 
     @classmethod
-    def read(cls, graph: "torch._C.Graph", pushed: Sequence[str]) -> "ScopedTrace":
+    def read(cls, graph: "torch._C.Graph", pushed: Sequence[str], caught: Sequence[warnings.WarningMessage] = ()) -> "ScopedTrace":
         """Give every node of a fresh trace its scope, from the scope markers around it (``pushed``:
         the names they opened, in order) or from the tracer's own scope where there are none, and
         remove the markers and the sinks that kept unused values from the graph."""
@@ -107,10 +109,17 @@ class ScopedTrace:
             ops.append((kind, (node, op_scope)))
         for node in removed:
             node.destroy()
-        return cls(graph, tuple(ops), tuple(scopes))
+        return cls(graph, tuple(ops), tuple(scopes), tuple(caught))
 
     def operations(self) -> Iterator[tuple[str, TracedOp]]:
         return iter(self.ops)
+
+    def replay_warnings(self, mode: str) -> None:
+        """Show the warnings raised while tracing, filtered by the tracer-warning mode (fvcore shows
+        them whenever it traces; a kept trace shows them whenever it is counted)."""
+        for caught in self.caught:
+            if mode == "all" or (mode == "no_tracer_warning" and not issubclass(caught.category, TracerWarning)):
+                warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
 
     @staticmethod
     def scope_of(op: TracedOp) -> str:
@@ -331,11 +340,6 @@ class _TraceWarnings:
             module = _innermost_module(_stack_frames(inspect.currentframe()), self.names)
             self.data_dependent.append((filename, lineno, self.names[module] if module is not None else ""))
 
-    def replay(self, mode: str) -> None:
-        """Show the warnings raised while tracing, filtered by the tracer-warning mode."""
-        for caught in self.caught:
-            if mode == "all" or (mode == "no_tracer_warning" and not issubclass(caught.category, TracerWarning)):
-                warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
 
 
 def _trace_graph(runner: FlatCall) -> "torch._C.Graph":
@@ -357,7 +361,6 @@ def trace_with_scopes(
     model: nn.Module,
     call: ModelCall,
     aliases: Mapping[Any, str],
-    tracer_warnings: str = "no_tracer_warning",
     strict: bool = False,
     marker_scopes: bool = True,
 ) -> ScopedTrace:
@@ -393,7 +396,6 @@ def trace_with_scopes(
             raise TraceError(aliases[failed], type(failed).__name__, error) from error
         finally:
             jit_trace._trace_module_map = previous_map
-    collected.replay(tracer_warnings)
     if collected.data_dependent:
         filename, lineno, module = collected.data_dependent[0]
         module_type = type(model.get_submodule(module)).__name__ if module else type(model).__name__
@@ -409,5 +411,5 @@ def trace_with_scopes(
             DataDependentTraceWarning,
             stacklevel=2,
         )
-    return ScopedTrace.read(graph, markers.pushed)
+    return ScopedTrace.read(graph, markers.pushed, collected.caught)
 

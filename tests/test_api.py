@@ -161,14 +161,14 @@ def test_chainable_setters_validate():
 
 def test_unsupported_ops_are_warned_once_each_with_counts(jitflops_log):
     def f(x):
-        return torch.linalg.qr(x).Q + torch.linalg.qr(x).R
+        return torch.linalg.qr(x).Q + torch.linalg.qr(x).R + torch.linalg.det(x)
 
-    analysis = JitModelAnalysis(Fn(f), torch.randn(4, 4))
+    analysis = JitModelAnalysis(Fn(f), torch.randn(4, 4))  # no handles: every op with a cost is unsupported
     assert analysis.total() == 0
-    assert analysis.unsupported_ops() == {"aten::linalg_qr": 2}
+    assert analysis.unsupported_ops() == {"aten::linalg_qr": 2, "aten::linalg_det": 1}
     analysis.total()
     warned = [r.getMessage() for r in jitflops_log.records if "Unsupported" in r.getMessage()]
-    assert warned == ["Unsupported operator(s), not counted: aten::linalg_qr (2 times)"]
+    assert warned == ["Unsupported operator aten::linalg_det encountered 1 time(s)", "Unsupported operator aten::linalg_qr encountered 2 time(s)"]
 
 
 def test_tracer_warnings_modes():

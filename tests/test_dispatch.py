@@ -203,3 +203,31 @@ def test_training_mode_transformer_backward_has_no_unknown_op():
     assert analysis.unsupported_ops() == {}
     assert phases["forward"] == FlopCountAnalysis(model.eval(), ids).total()
     assert phases["backward"] == 2 * phases["forward"]  # every product, norm and attention needs both gradients
+
+
+class _GramTwice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.mm(x, x.t()) * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def test_custom_autograd_function_counts_what_its_forward_runs():
+    """Both backends count the ``mm`` inside; a handle set for the Function replaces its parts (fvcore's way)."""
+    class WithFunction(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return _GramTwice.apply(self.fc(x))
+
+    x = torch.randn(3, 4)
+    for backend in ("jit", "dispatch"):
+        analysis = FlopCountAnalysis(WithFunction(), x, backend=backend)
+        assert analysis.total() == 3 * 4 * 4 + 3 * 4 * 3 and not analysis.unsupported_ops()
+    with_handle = FlopCountAnalysis(WithFunction(), x).set_op_handle("prim::PythonOp._GramTwice", lambda inputs, outputs: 5)
+    assert with_handle.by_operator() == {"linear": 48, "PythonOp._GramTwice": 5}

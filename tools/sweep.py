@@ -58,6 +58,16 @@ RECIPES = {"tiny": SHRINK, "shallow": DEPTH}
 MAX_PARAMETERS = 1_000_000_000
 """A recipe that leaves more parameters than this is not built (measured on the meta device)."""
 
+KNOWN_DIFFERENCES = {
+    **dict.fromkeys(
+        ("dinov2", "dinov2_with_registers", "internvl_vision", "pixio", "qianfan_ocr_vision", "tipsv2_vision_model", "vitdet"),
+        "the model's code takes a torch.jit.is_tracing() branch (an extra bicubic interpolation of the position "
+        "embeddings) that runs only under the JIT tracer",
+    ),
+    "vits": "stochastic durations: every forward produces another output length, so each count differs",
+}
+"""Architectures whose own code makes the counts differ between runs or front ends."""
+
 SEQUENCE = 8
 TIME_LIMIT_S = 120
 
@@ -77,6 +87,11 @@ class ArchitectureResult:
     flop_counter: Optional[float] = None
     unsupported: dict = field(default_factory=dict)
     seconds: float = 0.0
+
+    @property
+    def known_difference(self) -> str:
+        """Why this architecture's backends may differ, where its own code makes them."""
+        return KNOWN_DIFFERENCES.get(self.model_type, "")
 
     @property
     def clean(self) -> bool:
@@ -128,15 +143,23 @@ def _inputs(model: Any, config: Any) -> dict[str, Any]:
 
 
 def run_architecture(model_type: str, class_name: str) -> ArchitectureResult:
-    """Build, run and count one architecture (in a worker process)."""
+    """Build, run and count one architecture, with warnings and log messages below errors muted."""
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _build_run_and_count(model_type, class_name)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult:
     import torch
     import transformers
     from torch.utils.flop_counter import FlopCounterMode
 
     import jitflops
 
-    warnings.simplefilter("ignore")
-    logging.disable(logging.WARNING)
     start = time.perf_counter()
     for recipe, sizes in RECIPES.items():  # the first recipe whose model builds and runs
         result = ArchitectureResult(model_type, class_name, recipe)

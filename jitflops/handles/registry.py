@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from numbers import Number
 from typing import Any, Callable, Optional, Union
 
-from ..records import OpRecord
+from ..records import JitOpRecord, OpRecord
 
 Count = Union[Number, typing.Counter[str]]
 FvcoreHandle = Callable[[list, list], Count]
@@ -29,13 +29,23 @@ FvcoreHandle = Callable[[list, list], Count]
 
 @dataclass(frozen=True)
 class ShapeFormula:
-    """A handle computed from an op record; ``key`` overrides the op's short name in results."""
+    """A handle computed from an op record; ``key`` overrides the op's short name in results.
+
+    It can also be called as fvcore calls a handle, ``formula(inputs, outputs)`` with the op's JIT
+    values, so the default tables (``flop_count._DEFAULT_SUPPORTED_OPS``) serve code written for
+    fvcore's; a ``key`` then names the count, as fvcore's convolution handle does.
+    """
 
     compute: Callable[[OpRecord], Count]
     key: Optional[str] = None
 
-    def __call__(self, op: OpRecord) -> Count:
-        return self.compute(op)
+    def __call__(self, *args: Any) -> Count:
+        if len(args) == 1:
+            return self.compute(args[0])
+        inputs, outputs = args
+        node = outputs[0].node()
+        count = self.compute(JitOpRecord(node, node.kind(), ""))
+        return Counter({self.key: count}) if self.key else count
 
 
 Handle = Union[ShapeFormula, FvcoreHandle]

@@ -1,0 +1,39 @@
+"""A sample of transformers' architectures, built as ``tools/sweep.py`` builds them (tiny or
+shallow configs, random weights): both backends count every one whose eager forward runs, with no
+unsupported op, equal totals, and nothing below ``FlopCounterMode``'s count.
+
+The sample: architectures that exercised a fix (RMS norm under dispatch, einsum, string padding,
+experts, custom autograd Functions, dropped results) and a fixed random draw of the rest.
+``tools/sweep.py`` runs them all.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+_spec = importlib.util.spec_from_file_location("sweep", Path(__file__).parents[1] / "tools" / "sweep.py")
+sweep = sys.modules["sweep"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sweep)
+
+ARCHITECTURES = dict(sweep.architectures())
+CHOSEN = ["diffllama", "led", "efficientnet", "mixtral", "qwen3_moe", "bloom", "yoso", "gpt2", "t5", "llama"]
+DRAWN = random.Random(2026).sample(sorted(set(ARCHITECTURES) - set(CHOSEN)), 8)
+
+
+@pytest.mark.parametrize("model_type", CHOSEN + DRAWN)
+def test_architecture_is_counted_cleanly(model_type):
+    result = sweep.run_architecture(model_type, ARCHITECTURES[model_type])
+    if result.status != "counted":
+        pytest.skip(f"{model_type}: {result.status} ({result.error[:120]}): nothing to count")
+    assert not result.jit_error and not result.dispatch_error, (result.jit_error, result.dispatch_error)
+    assert not result.unsupported
+    if not result.known_difference:
+        assert result.jit == result.dispatch
+    assert 2 * result.jit >= result.flop_counter
