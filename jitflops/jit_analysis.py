@@ -10,11 +10,12 @@ distinct scope, not once per op.
 from __future__ import annotations
 
 import logging
+import math
 import typing
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from numbers import Number
+from numbers import Number, Real
 from typing import Any, NamedTuple, Optional, TypeVar, Union
 
 import torch
@@ -80,16 +81,23 @@ def _ownership_ancestors(name: str) -> list[str]:
     return [""] + [".".join(parts[: k + 1]) for k in range(len(parts))]
 
 
-def _validated(kind: str, scope: str, result: Any) -> typing.Counter[str]:
-    def is_count(value: Any) -> bool:
-        return isinstance(value, Number) and not isinstance(value, bool)
+def _is_count(value: Any) -> bool:
+    """A finite, non-negative real number (numpy scalars included; bools, NaN, inf and complex numbers not)."""
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
-    if isinstance(result, Mapping):
-        bad = {key: value for key, value in result.items() if not is_count(value)}
-        if bad:
-            raise HandleError(kind, scope, f"returned non-numeric counts {bad!r}")
-        return Counter(result)
-    raise HandleError(kind, scope, f"returned {type(result).__name__} {result!r}, expected a number or a Counter")
+
+def _validated(kind: str, scope: str, handle: Handle, result: Any) -> typing.Counter[str]:
+    """A handle's result as a Counter of counts, or a ``HandleError`` naming the op and the module."""
+    if isinstance(result, Number) and not isinstance(result, bool):
+        counts = as_counter(kind, handle, result)
+    elif isinstance(result, Mapping):
+        counts = Counter(result)
+    else:
+        raise HandleError(kind, scope, f"returned {type(result).__name__} {result!r}, expected a number or a Counter")
+    bad = {key: value for key, value in counts.items() if not _is_count(value)}
+    if bad:
+        raise HandleError(kind, scope, f"returned {bad!r}: counts must be finite, non-negative real numbers")
+    return counts
 
 
 class JitModelAnalysis:
@@ -400,9 +408,7 @@ class JitModelAnalysis:
             raise
         except Exception as error:
             raise HandleError(record.kind, record.scope, f"raised {type(error).__name__}: {error}") from error
-        if isinstance(result, Number) and not isinstance(result, bool):
-            return as_counter(record.kind, handle, result)
-        return _validated(record.kind, record.scope, result)
+        return _validated(record.kind, record.scope, handle, result)
 
     # ---------------------------------------------------------------- warnings
 

@@ -270,6 +270,15 @@ def _stack_frames(frame: Optional[FrameType]) -> Iterator[FrameType]:
 USE_DISPATCH = "use FlopCountAnalysis(..., backend='dispatch'), which records the ops as they run"
 
 
+_TORCH_INTERNAL_ERRORS = ("INTERNAL ASSERT FAILED", "unordered_map::at")
+"""Messages of errors raised by torch's own C++ code rather than by the model: a failed internal
+assertion (the tracer's alias analysis on some ops), a C++ lookup that escaped as a RuntimeError."""
+
+
+def _is_torch_internal_error(error: BaseException) -> bool:
+    return isinstance(error, RuntimeError) and any(marker in str(error) for marker in _TORCH_INTERNAL_ERRORS)
+
+
 def _is_compiled(model: nn.Module) -> bool:
     try:
         from torch._dynamo.eval_frame import OptimizedModule
@@ -393,6 +402,11 @@ def trace_with_scopes(
             graph = _trace_graph(runner)
         except Exception as error:
             failed = _innermost_module(_traceback_frames(error.__traceback__), scope_names) or model
+            if _is_torch_internal_error(error):
+                error = JitflopsError(
+                    f"torch's JIT tracer failed inside torch itself ({type(error).__name__}: {str(error).splitlines()[0]}), "
+                    f"a torch bug rather than a fault of the model; {USE_DISPATCH}"
+                )
             raise TraceError(aliases[failed], type(failed).__name__, error) from error
         finally:
             jit_trace._trace_module_map = previous_map

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from jitflops import ActivationCountAnalysis, FlopCountAnalysis, HandleError, TraceError, flop_count_table
+from jitflops import ActivationCountAnalysis, FlopCountAnalysis, HandleError, ShapeFormula, TraceError, flop_count_table
 from jitflops.examples import ConvNet, LSTMTagger
 
 from helpers import assert_same_state, model_state
@@ -74,10 +74,15 @@ def test_handle_that_raises_names_op_and_module():
         analysis.total()
 
 
-@pytest.mark.parametrize("result", ["12", None, {"linear": "3"}, True, torch.tensor(3)])
-def test_handle_with_bad_return_type(result):
-    analysis = FlopCountAnalysis(nn.Linear(4, 2), torch.randn(1, 4)).set_op_handle("aten::linear", lambda i, o: result)
-    with pytest.raises(HandleError, match=r"op aten::linear in the root module returned"):
+@pytest.mark.parametrize(
+    "result", ["12", None, {"linear": "3"}, True, torch.tensor(3), float("nan"), float("inf"), -1, 2 + 4j, {"linear": -0.5}, {"a": float("nan")}]
+)
+@pytest.mark.parametrize("backend", ["jit", "dispatch"])
+def test_handle_with_a_bad_result_names_op_and_module(result, backend):
+    """Not a count: not a number, or NaN, infinite, negative or complex."""
+    handle = ShapeFormula(lambda op: result)
+    analysis = FlopCountAnalysis(nn.Sequential(nn.Linear(4, 2)), torch.randn(1, 4), backend=backend).set_op_handle("aten::linear", handle, "aten::addmm", handle)
+    with pytest.raises(HandleError, match=r"op aten::(linear|addmm) in module '0' returned"):
         analysis.total()
 
 

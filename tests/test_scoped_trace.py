@@ -157,3 +157,15 @@ def test_the_data_dependence_verdict_is_deterministic():
     verdicts = {len(_data_dependence_warnings(gate, torch.randn(2, 8))[1]) for _ in range(30)}
     verdicts_clean = {len(_data_dependence_warnings(_StateAndShapeArithmetic(), torch.randn(2, 8))[1]) for _ in range(30)}
     assert verdicts == {1} and verdicts_clean == {0}
+
+
+def test_a_failure_inside_torchs_tracer_is_named_a_torch_bug_and_points_to_dispatch():
+    """``aten::fill`` with a tensor value trips an internal assert of the tracer's alias analysis."""
+    class Fill(nn.Module):
+        def forward(self, x):
+            return torch.fill(x, torch.tensor(1.0)) @ x
+
+    x = torch.randn(3, 3)
+    with pytest.raises(TraceError, match=r"failed inside torch itself \(RuntimeError: .*INTERNAL ASSERT.*torch bug.*backend='dispatch'"):
+        FlopCountAnalysis(Fill(), x).total()
+    assert FlopCountAnalysis(Fill(), x, backend="dispatch").total() == 27

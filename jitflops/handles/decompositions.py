@@ -246,11 +246,13 @@ def matrix_norm_flops(op: OpRecord) -> int:
     shape = _matrix(op)
     order = op.arg("ord")
     dims = op.arg("dim")
+    if isinstance(dims, int):
+        dims = [dims]
     is_matrix_norm = op.kind == "aten::linalg_matrix_norm" or (dims is not None and len(dims) == 2) or (dims is None and order is not None and len(shape) == 2)
     if not is_matrix_norm or order not in _SPECTRAL_ORDERS:
         return 0
     if dims is not None:
-        rows, columns = (shape[d] for d in dims)
+        rows, columns = (shape[d] for d in dims[-2:])
         shape = (prod(shape) // (rows * columns), rows, columns)
     return round(svd_macs(shape, False, False))
 
