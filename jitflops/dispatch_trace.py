@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parameter import UninitializedTensorMixin
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.module_tracker import ModuleTracker
@@ -38,6 +39,8 @@ BackwardFn = Callable[[Any], None]
 
 
 def _decode(value: Any) -> Any:
+    if isinstance(value, UninitializedTensorMixin):  # a lazy module's parameter, before it materialises
+        return TensorMeta(None, value.dtype)
     if isinstance(value, torch.Tensor):
         return TensorMeta(tuple(value.shape), value.dtype)
     if isinstance(value, (list, tuple)):

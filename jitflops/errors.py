@@ -21,11 +21,12 @@ class OpShapeError(JitflopsError):
 
 
 class TraceError(JitflopsError):
-    """The model could not be run under the tracer; names the innermost module that was running."""
+    """The model could not be run under a front end or a timer; names the innermost module that was
+    running. ``activity`` says what was being done: tracing, recording, timing, profiling."""
 
-    def __init__(self, scope: str, module_type: str, cause: BaseException) -> None:
+    def __init__(self, scope: str, module_type: str, cause: BaseException, activity: str = "tracing") -> None:
         where = f"{describe_scope(scope)} ({module_type})"
-        super().__init__(f"tracing failed in {where}: {type(cause).__name__}: {cause}")
+        super().__init__(f"{activity} failed in {where}: {type(cause).__name__}: {cause}")
         self.scope = scope
         self.module_type = module_type
 

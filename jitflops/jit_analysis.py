@@ -9,6 +9,7 @@ distinct scope, not once per op.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import typing
@@ -434,7 +435,8 @@ class JitModelAnalysis:
 
     def _has_forward(self, name: str) -> bool:
         module = self._named_modules.get(name)
-        return module is not None and type(module).forward not in _CONTAINER_FORWARDS
+        # looked up without running descriptors: a scripted module's ``forward`` is one that fails on its class
+        return module is not None and inspect.getattr_static(type(module), "forward") not in _CONTAINER_FORWARDS
 
 
 def per_operator_in_units(analysis: JitModelAnalysis, unit: float) -> tuple[typing.DefaultDict[str, float], typing.Counter[str]]:

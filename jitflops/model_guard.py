@@ -1,20 +1,33 @@
 """Give the user's model back exactly as it was, whatever happened while it was analysed.
 
 Taken before any analysis or profiling touches a model, a :class:`ModelSnapshot` remembers, for
-every submodule, its attributes, hooks, parameters, buffers (and their values), children and
-training flag; :meth:`ModelSnapshot.restore` puts all of it back. :func:`preserved` also forks the
-random number generators, so an extra forward (dropout in training mode) leaves the user's random
-sequence where it was. Used as a context manager it restores on success and on error alike.
+every submodule, its class (a lazy module changes class when it materialises), its attributes
+(list, dict and set attributes by content too), hooks, parameters and buffers (the objects, their
+``requires_grad`` and ``.grad``, and their values), children and training flag;
+:meth:`ModelSnapshot.restore` puts all of it back. Values are compared through torch's version
+counters, so only what a forward changed in place is written back. Parameter values are copied only
+while the copies stay within :data:`PARAMETER_COPY_BUDGET` (copying a large model's weights would
+cost more than its trace); beyond it a parameter changed in place is reported by a warning that
+names it. A scripted submodule keeps its state in C++: only its buffer values are put back.
+
+:func:`preserved` also forks the random number generators, so an extra forward (dropout in
+training mode) leaves the user's random sequence where it was, and holds :data:`RECORDING_LOCK`:
+torch's tracer map, the global module hooks of its ``ModuleTracker`` and Python's warning filters
+are process-wide, so recordings run one at a time (other threads keep running their own code).
+Used as a context manager it restores on success, on error and on ``KeyboardInterrupt`` alike.
 """
 
 from __future__ import annotations
 
+import threading
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 from torch import nn
+from torch.nn.parameter import UninitializedTensorMixin
 
 _MODULE_DICTS = (
     "_parameters",
@@ -30,50 +43,152 @@ _MODULE_DICTS = (
     "_backward_pre_hooks",
 )
 
+PARAMETER_COPY_BUDGET = 16 * 2**20
+"""Bytes of parameter values a snapshot copies so that a forward changing them in place is undone."""
+
+RECORDING_LOCK = threading.RLock()
+"""Held while a model runs under a front end or a timer: what torch keeps process-wide allows one at a time."""
+
+
+class ModelChangedWarning(UserWarning):
+    """A forward changed something of the model that could not be put back."""
+
+
+@dataclass
+class _TensorState:
+    tensor: torch.Tensor
+    version: int
+    requires_grad: bool
+    grad: Optional[torch.Tensor]
+    value: Optional[torch.Tensor]
+    """A copy of the values, or None where none was taken (uninitialised, or over the budget)."""
+    uninitialized: Optional[tuple[type, torch.device, torch.dtype]] = None
+    """A lazy module's uninitialised parameter or buffer: its class, device and dtype."""
+
 
 @dataclass
 class _ModuleState:
     module: nn.Module
+    cls: type
     attributes: dict[str, Any]
     """A shallow copy of the module's ``__dict__``: every attribute, the training flag included."""
-    containers: dict[str, Any]
-    """The contents of its non-empty parameter, buffer, child and hook containers."""
-    buffer_values: dict[str, torch.Tensor]
+    contents: dict[str, Any]
+    """The contents of its non-empty parameter, buffer, child and hook containers, and of its list,
+    dict and set attributes."""
+    tensors: dict[str, _TensorState]
 
 
-def _copy_container(container: Any) -> Any:
+def _copy_contents(container: Any) -> Any:
+    if isinstance(container, list):
+        return list(container)
     return set(container) if isinstance(container, set) else dict(container)
+
+
+def _put_back_contents(container: Any, contents: Any) -> None:
+    container.clear()
+    if isinstance(container, list):
+        container.extend(contents)
+    else:
+        container.update(contents)
+
+
+def _is_scripted(module: nn.Module) -> bool:
+    return isinstance(module, torch.jit.ScriptModule)
 
 
 class ModelSnapshot:
     """The restorable state of a model and all its submodules."""
 
     def __init__(self, model: nn.Module) -> None:
-        self._states = [self._take(module) for module in model.modules()]
+        self._name = {module: name for name, module in model.named_modules(remove_duplicate=False)}
+        budget = [PARAMETER_COPY_BUDGET]
+        self._states = [self._take(module, budget) for module in model.modules()]
 
     @staticmethod
-    def _take(module: nn.Module) -> _ModuleState:
+    def _tensor_state(tensor: torch.Tensor, copy: bool) -> _TensorState:
+        if isinstance(tensor, UninitializedTensorMixin):
+            return _TensorState(tensor, 0, tensor.requires_grad, None, None, (type(tensor), tensor.device, tensor.dtype))
+        value = tensor.detach().clone() if copy and tensor.device.type != "meta" else None
+        return _TensorState(tensor, tensor._version, tensor.requires_grad, tensor.grad, value)
+
+    @classmethod
+    def _take(cls, module: nn.Module, budget: list[int]) -> _ModuleState:
+        tensors: dict[str, _TensorState] = {}
+        for name, buffer in module._buffers.items():
+            if buffer is not None:
+                tensors[f"buffer:{name}"] = cls._tensor_state(buffer, copy=True)
+        for name, parameter in module._parameters.items():
+            if parameter is not None:
+                size = 0 if isinstance(parameter, UninitializedTensorMixin) else parameter.numel() * parameter.element_size()
+                copy = size <= budget[0]
+                budget[0] -= size if copy else 0
+                tensors[f"parameter:{name}"] = cls._tensor_state(parameter, copy)
+        if _is_scripted(module):  # its attributes live in C++: values only
+            return _ModuleState(module, type(module), {}, {}, tensors)
         attributes = dict(vars(module))
         # Most hook containers are empty: only non-empty ones are copied, the others are emptied on restore.
-        containers = {name: _copy_container(live) for name in _MODULE_DICTS if (live := attributes.get(name))}
-        buffers = {name: buffer.detach().clone() for name, buffer in module._buffers.items() if buffer is not None}
-        return _ModuleState(module, attributes, containers, buffers)
+        contents = {name: _copy_contents(live) for name in _MODULE_DICTS if (live := attributes.get(name))}
+        contents.update(
+            (name, _copy_contents(value))
+            for name, value in attributes.items()
+            if name not in contents and type(value) in (list, dict, set)
+        )
+        return _ModuleState(module, type(module), attributes, contents, tensors)
 
     def restore(self) -> None:
+        unrestorable = []
         with torch.no_grad():  # kernels such as batch norm update buffers without bumping their version
             for state in self._states:
-                live_attributes = vars(state.module)
-                live_attributes.clear()
-                live_attributes.update(state.attributes)
-                for name in _MODULE_DICTS:
-                    container = state.attributes.get(name)
-                    saved = state.containers.get(name)
-                    if container or saved:
-                        container.clear()
-                        container.update(saved or ())
-                buffers = state.module._buffers
-                for name, value in state.buffer_values.items():
-                    buffers[name].copy_(value)
+                if not _is_scripted(state.module):
+                    self._restore_attributes(state)
+                for key, saved in state.tensors.items():
+                    if not self._restore_tensor(state.module, key, saved):
+                        unrestorable.append(f"{self._name.get(state.module, '?')}.{key.partition(':')[2]}".lstrip("."))
+        if unrestorable:
+            warnings.warn(
+                f"the forward changed parameter values in place that jitflops could not put back (copies are kept only for "
+                f"{PARAMETER_COPY_BUDGET // 2**20} MiB of parameters): {', '.join(unrestorable)}",
+                ModelChangedWarning,
+                stacklevel=3,
+            )
+
+    @staticmethod
+    def _restore_attributes(state: _ModuleState) -> None:
+        module = state.module
+        if type(module) is not state.cls:
+            module.__class__ = state.cls  # a lazy module that materialised
+        live_attributes = vars(module)
+        live_attributes.clear()
+        live_attributes.update(state.attributes)
+        for name in _MODULE_DICTS:
+            container = state.attributes.get(name)
+            saved = state.contents.get(name)
+            if container or saved:
+                _put_back_contents(container, saved or ())
+        for name, saved in state.contents.items():
+            if name not in _MODULE_DICTS:
+                _put_back_contents(state.attributes[name], saved)
+
+    @staticmethod
+    def _restore_tensor(module: nn.Module, key: str, saved: _TensorState) -> bool:
+        """Put back a tensor's flags, gradient and, where they changed, values; False where values
+        changed and no copy was kept. A lazy module's parameter that materialised (in place: it
+        changed class) is replaced by a new uninitialised one, so the module is lazy again."""
+        tensor = saved.tensor
+        if saved.uninitialized is not None:
+            if not isinstance(tensor, UninitializedTensorMixin):
+                kind, name = key.split(":")
+                lazy_class, device, dtype = saved.uninitialized
+                getattr(module, f"_{kind}s")[name] = lazy_class(requires_grad=saved.requires_grad, device=device, dtype=dtype)
+            return True
+        tensor.requires_grad_(saved.requires_grad)
+        tensor.grad = saved.grad
+        if tensor._version == saved.version and saved.value is None:
+            return True
+        if saved.value is None:
+            return False
+        tensor.copy_(saved.value)  # also where the version did not move: kernels may write without bumping it
+        return True
 
 
 def _cuda_devices(model: nn.Module) -> list[int]:
@@ -84,11 +199,12 @@ def _cuda_devices(model: nn.Module) -> list[int]:
 
 @contextmanager
 def preserved(model: nn.Module) -> Iterator[None]:
-    """Run the body, then restore ``model`` (and the random generators) to the state they had
-    before, also if the body raised."""
-    snapshot = ModelSnapshot(model)
-    try:
-        with torch.random.fork_rng(devices=_cuda_devices(model)):
-            yield
-    finally:
-        snapshot.restore()
+    """Run the body holding :data:`RECORDING_LOCK`, then restore ``model`` (and the random
+    generators) to the state they had before, also if the body raised or was interrupted."""
+    with RECORDING_LOCK:
+        snapshot = ModelSnapshot(model)
+        try:
+            with torch.random.fork_rng(devices=_cuda_devices(model)):
+                yield
+        finally:
+            snapshot.restore()

@@ -24,6 +24,7 @@ from .jit_analysis import OpCount
 from .records import FORWARD
 from .handles import FLOP_FORMULAS, Handle, ShapeFormula
 from .model_guard import preserved
+from .running_module import failures_named, hookable_modules
 from .model_io import ModelCall
 from .timing import model_device
 
@@ -76,8 +77,8 @@ class _ModuleRanges:
         self._open: list[record_function] = []
 
     def install(self, model: nn.Module) -> None:
-        for module in model.modules():
-            module.register_forward_pre_hook(self._enter(self.names[module]))
+        for module, name in hookable_modules(model, self.names):
+            module.register_forward_pre_hook(self._enter(name))
             module.register_forward_hook(self._exit, always_call=True)
 
     def _enter(self, name: str):
@@ -146,7 +147,7 @@ def op_table(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], 
     device = model_device(model, call)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     ranges = _ModuleRanges(names)
-    with preserved(model), torch.no_grad():
+    with preserved(model), torch.no_grad(), failures_named(model, names, "profiling"):
         ranges.install(model)
         start_memory = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         with profile(activities=activities, record_shapes=True, profile_memory=True) as profiler:

@@ -32,7 +32,6 @@ import inspect
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import FrameType, TracebackType
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
@@ -44,6 +43,7 @@ from .errors import DataDependentTraceWarning, JitflopsError, TraceError, descri
 from .model_guard import preserved
 from .model_io import FlatCall, ModelCall
 from .records import JitOpRecord, OpRecord, node_inputs, node_outputs
+from .running_module import innermost_module, stack_frames, traceback_frames
 
 TRACER_WARNING_MODES = ("all", "no_tracer_warning", "none")
 
@@ -242,31 +242,6 @@ def _last_op_node(graph: "torch._C.Graph") -> "torch._C.Node":
     return node
 
 
-def _innermost_module(frames: Iterable[FrameType], names: Mapping[nn.Module, str]) -> Optional[nn.Module]:
-    """The first of ``frames`` (innermost first) that runs a method of one of the model's modules."""
-    for frame in frames:
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, nn.Module) and owner in names:
-            return owner
-    return None
-
-
-def _traceback_frames(traceback: Optional[TracebackType]) -> list[FrameType]:
-    """The frames of a traceback, innermost first."""
-    frames = []
-    while traceback is not None:
-        frames.append(traceback.tb_frame)
-        traceback = traceback.tb_next
-    return frames[::-1]
-
-
-def _stack_frames(frame: Optional[FrameType]) -> Iterator[FrameType]:
-    """The running frames from ``frame`` outwards."""
-    while frame is not None:
-        yield frame
-        frame = frame.f_back
-
-
 USE_DISPATCH = "use FlopCountAnalysis(..., backend='dispatch'), which records the ops as they run"
 
 
@@ -346,7 +321,7 @@ class _TraceWarnings:
         if self._traced is None or self._traced[0] is not state:
             self._traced = (state, state.graph())
         if _depends_on_data(_last_op_node(self._traced[1]), self.user_inputs):
-            module = _innermost_module(_stack_frames(inspect.currentframe()), self.names)
+            module = innermost_module(stack_frames(inspect.currentframe()), self.names)
             self.data_dependent.append((filename, lineno, self.names[module] if module is not None else ""))
 
 
@@ -401,8 +376,13 @@ def trace_with_scopes(
         try:
             graph = _trace_graph(runner)
         except Exception as error:
-            failed = _innermost_module(_traceback_frames(error.__traceback__), scope_names) or model
-            if _is_torch_internal_error(error):
+            failed = innermost_module(traceback_frames(error.__traceback__), scope_names) or model
+            if isinstance(failed, torch.jit.ScriptModule):
+                error = JitflopsError(
+                    f"a scripted module (torch.jit.script) cannot run inside the trace jitflops takes of the model "
+                    f"({str(error).splitlines()[0]}); {USE_DISPATCH}"
+                )
+            elif _is_torch_internal_error(error):
                 error = JitflopsError(
                     f"torch's JIT tracer failed inside torch itself ({type(error).__name__}: {str(error).splitlines()[0]}), "
                     f"a torch bug rather than a fault of the model; {USE_DISPATCH}"

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .model_guard import preserved
+from .running_module import failures_named, hookable_modules
 from .model_io import ModelCall
 
 
@@ -191,8 +192,7 @@ class ModuleCallRecorder:
 
     def install(self, model: nn.Module) -> list[torch.utils.hooks.RemovableHandle]:
         handles = []
-        for module in model.modules():
-            name = self.names[module]
+        for module, name in hookable_modules(model, self.names):
             handles.append(module.register_forward_pre_hook(self._entering(name)))
             handles.append(module.register_forward_hook(self._leaving, always_call=True))
         return handles
@@ -248,7 +248,7 @@ def time_modules(
     iterate = progress or (lambda iterations, total, label: iterations)
     timed: list[float] = []
     untimed: list[float] = []
-    with preserved(model), torch.no_grad():
+    with preserved(model), torch.no_grad(), failures_named(model, names, "timing"):
         for _ in iterate(iter(range(warm_up)), warm_up, "warm-up"):
             call.run(model)
         clock.synchronize()
