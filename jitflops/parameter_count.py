@@ -6,6 +6,7 @@ import typing
 from collections import defaultdict
 
 from torch import nn
+from torch.nn.parameter import UninitializedTensorMixin
 
 from .table import pipe_table
 
@@ -13,13 +14,15 @@ from .table import pipe_table
 def parameter_count(model: nn.Module) -> typing.DefaultDict[str, int]:
     """Elements per parameter name and per module name; ``""`` is the whole model.
 
-    Shared parameters are counted once, under their first name.
+    Shared parameters are counted once, under their first name. A lazy module's parameters that
+    are not materialised yet have no size: they count 0.
     """
     counts: typing.DefaultDict[str, int] = defaultdict(int)
     for name, parameter in model.named_parameters():
+        size = 0 if isinstance(parameter, UninitializedTensorMixin) else parameter.numel()
         parts = name.split(".")
         for depth in range(len(parts) + 1):
-            counts[".".join(parts[:depth])] += parameter.numel()
+            counts[".".join(parts[:depth])] += size
     return counts
 
 

@@ -29,6 +29,7 @@ traceback instead.
 from __future__ import annotations
 
 import inspect
+import threading
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -304,6 +305,9 @@ class _TraceWarnings:
     Warnings are taken once per source line (Python's ``"default"`` action: ``"always"`` costs
     about 25 µs a warning on models that convert sizes in every layer), so each line is judged by
     the first tensor it converts.
+
+    Python's warning machinery is process-wide: warnings other threads raise meanwhile go on to the
+    handler that was in place before.
     """
 
     def __init__(self, names: Mapping[nn.Module, str], user_inputs: int) -> None:
@@ -312,8 +316,13 @@ class _TraceWarnings:
         self.caught: list[warnings.WarningMessage] = []
         self.data_dependent: list[tuple[str, int, str]] = []
         self._traced: Optional[tuple[Any, "torch._C.Graph"]] = None  # (tracing state, its graph): graph() costs ~20 µs
+        self._thread = threading.get_ident()
+        self._others = warnings.showwarning
 
     def __call__(self, message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if threading.get_ident() != self._thread:
+            self._others(message, category, filename, lineno, file, line)
+            return
         self.caught.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
         state = torch._C._get_tracing_state()
         if state is None or not issubclass(category, TracerWarning) or "Converting a tensor to a Python" not in str(message):
@@ -365,13 +374,13 @@ def trace_with_scopes(
         raise JitflopsError(f"the model is compiled with torch.compile, which the JIT tracer cannot follow: {USE_DISPATCH}")
     traced = model.module if isinstance(model, _WRAPPERS) else model
     scope_names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
-    previous_map = jit_trace._trace_module_map
     markers = _ScopeMarkers(enabled=marker_scopes)
     runner = FlatCall(traced, call, around_model=_recording(markers))
-    collected = _TraceWarnings(scope_names, len(runner.flat_inputs()))
-    with preserved(model), warnings.catch_warnings(), torch.no_grad():
+    with preserved(model), warnings.catch_warnings(), torch.no_grad():  # process-wide state is read and set under the lock
+        collected = _TraceWarnings(scope_names, len(runner.flat_inputs()))
         warnings.simplefilter("default", TracerWarning)
         warnings.showwarning = collected
+        previous_map = jit_trace._trace_module_map
         jit_trace._trace_module_map = scope_names
         try:
             graph = _trace_graph(runner)

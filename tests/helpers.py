@@ -45,16 +45,27 @@ class FvcoreReady(nn.Module):
         return tensor_leaves(self.model(*args))
 
 
+def _tensor_state(tensor: torch.Tensor) -> tuple:
+    if isinstance(tensor, nn.parameter.UninitializedTensorMixin):
+        return (id(tensor), type(tensor), None, tensor.requires_grad, None)
+    grad = None if tensor.grad is None else tensor.grad.clone()
+    return (id(tensor), type(tensor), tensor.detach().clone(), tensor.requires_grad, grad)
+
+
 def model_state(model: nn.Module) -> dict:
-    """Everything an analysis could disturb, for comparison before and after."""
+    """Everything an analysis could disturb, for comparison before and after: classes, flags,
+    attributes (lists, dicts and sets by content), hooks, children, parameters and buffers (objects,
+    values, ``requires_grad`` and ``.grad``)."""
     return {
         name: (
             type(module),
             module.training,
             sorted(vars(module)),
+            {k: repr(v) for k, v in vars(module).items() if type(v) in (list, dict, set)},
+            list(module._modules.keys()),
             {k: len(getattr(module, k)) for k in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_forward_hooks_with_kwargs")},
-            {k: (id(v), v.detach().clone()) for k, v in module._parameters.items() if v is not None},
-            {k: (id(v), v.detach().clone()) for k, v in module._buffers.items() if v is not None},
+            {k: _tensor_state(v) for k, v in module._parameters.items() if v is not None},
+            {k: _tensor_state(v) for k, v in module._buffers.items() if v is not None},
         )
         for name, module in model.named_modules()
     }
@@ -69,4 +80,10 @@ def assert_same_state(before: dict, after: dict) -> None:
         for old, new in ((params_before, params_after), (buffers_before, buffers_after)):
             assert old.keys() == new.keys()
             for key in old:
-                assert old[key][0] == new[key][0] and torch.equal(old[key][1], new[key][1]), f"{name}.{key}"
+                (old_id, old_type, old_value, old_flag, old_grad), (new_id, new_type, new_value, new_flag, new_grad) = old[key], new[key]
+                assert (old_id, old_type, old_flag) == (new_id, new_type, new_flag), f"{name}.{key}"
+                assert _same(old_value, new_value) and _same(old_grad, new_grad), f"{name}.{key}"
+
+
+def _same(a, b) -> bool:
+    return a is b is None or (a is not None and b is not None and torch.equal(a, b))

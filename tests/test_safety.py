@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import warnings
+
 import pytest
 import torch
 from torch import nn
 
-from jitflops import ActivationCountAnalysis, FlopCountAnalysis, HandleError, ShapeFormula, TraceError, flop_count_table
+from jitflops import ActivationCountAnalysis, FlopCountAnalysis, HandleError, ShapeFormula, TraceError, flop_count_table, model_guard, profile_model, time_model
 from jitflops.examples import ConvNet, LSTMTagger
 
 from helpers import assert_same_state, model_state
@@ -107,3 +110,141 @@ def test_random_state_is_untouched(backend):
     torch.manual_seed(0)
     FlopCountAnalysis(model, x, backend=backend).total()
     assert torch.equal(torch.rand(3), expected)
+
+
+class ChangesItself(nn.Module):
+    """A forward that changes everything a forward can change of its module."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.calls, self.cache = [], {}
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.fc.weight.mul_(0.5)
+        self.fc.bias.requires_grad_(False)
+        self.fc.weight.grad = torch.ones(4, 4)
+        self.calls.append(len(self.calls))
+        self.cache["last"] = x.shape
+        if not hasattr(self, "added"):
+            self.added = nn.Linear(4, 4)
+        return self.added(self.fc(x))
+
+
+ENTRY_POINTS = {
+    "jit": lambda model, x: FlopCountAnalysis(model, x).total(),
+    "dispatch": lambda model, x: FlopCountAnalysis(model, x, backend="dispatch").total(),
+    "dispatch-backward": lambda model, x: FlopCountAnalysis(model, x, backend="dispatch", backward=True).total(),
+    "activations": lambda model, x: ActivationCountAnalysis(model, x).total(),
+    "time_model": lambda model, x: time_model(model, x, repeats=2),
+    "profile_model": lambda model, x: profile_model(model, x, repeats=2, with_ops=True),
+}
+
+
+@pytest.mark.parametrize("entry_point", list(ENTRY_POINTS))
+def test_every_entry_point_puts_back_what_a_forward_changed(entry_point):
+    model = ChangesItself()
+    before = model_state(model)
+    ENTRY_POINTS[entry_point](model, torch.randn(2, 4))
+    assert_same_state(before, model_state(model))
+    assert not hasattr(model, "added") and model.calls == [] and model.cache == {}
+
+
+def test_a_parameter_that_cannot_be_put_back_is_named_in_a_warning(monkeypatch):
+    monkeypatch.setattr(model_guard, "PARAMETER_COPY_BUDGET", 0)
+    model = ChangesItself()
+    with pytest.warns(model_guard.ModelChangedWarning, match=r"could not put back .*: fc\.weight"):
+        FlopCountAnalysis(model, torch.randn(2, 4)).total()
+
+
+@pytest.mark.parametrize("entry_point", list(ENTRY_POINTS))
+def test_lazy_modules_are_counted_and_the_model_stays_lazy(entry_point):
+    """Counted as the first forward materialises them; afterwards the model is untouched and works."""
+    model = nn.Sequential(nn.LazyConv2d(4, 3), nn.LazyBatchNorm2d(), nn.Flatten(), nn.LazyLinear(5))
+    x = torch.randn(2, 3, 8, 8)
+    result = ENTRY_POINTS[entry_point](model, x)
+    if entry_point in ("jit", "dispatch"):
+        assert result == 2 * 4 * 27 * 36 + 5 * 2 * 4 * 36 + 2 * 144 * 5  # conv, batch norm in training, linear
+    assert [type(m).__name__ for m in model] == ["LazyConv2d", "LazyBatchNorm2d", "Flatten", "LazyLinear"]
+    assert model[0].has_uninitialized_params() and model[3].has_uninitialized_params()
+    assert model(x).shape == (2, 5)
+
+
+def _with_scripted_block():
+    return nn.Sequential(torch.jit.script(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))), nn.Linear(4, 2)).train()
+
+
+def test_scripted_submodules_are_counted_by_dispatch_and_named_under_the_jit():
+    model, x = _with_scripted_block(), torch.randn(3, 4)
+    before = model_state(model)
+    with pytest.raises(TraceError, match=r"module '0' \(RecursiveScriptModule\).*scripted module.*backend='dispatch'"):
+        FlopCountAnalysis(model, x).total()
+    assert FlopCountAnalysis(model, x, backend="dispatch").total() == 3 * 4 * 4 + 5 * 3 * 4 + 3 * 4 * 2
+    time_model(model, x, repeats=2)
+    assert_same_state(before, model_state(model))  # batch-norm statistics of the scripted block included
+
+
+def test_a_forward_that_raises_while_timed_names_the_module():
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise ValueError("boom")
+
+    model = nn.Sequential(nn.Linear(4, 4), Boom())
+    for run in (lambda: time_model(model, torch.randn(2, 4), repeats=2), lambda: profile_model(model, torch.randn(2, 4), repeats=2)):
+        with pytest.raises(TraceError, match=r"failed in module '1' \(Boom\): ValueError: boom"):
+            run()
+
+
+def _wide(layers: int) -> nn.Module:
+    return nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16), nn.ReLU()) for _ in range(layers)]).train()
+
+
+@pytest.mark.parametrize("backend", ["jit", "dispatch"])
+def test_threads_analysing_at_once_get_what_they_would_alone(backend):
+    """Different models and a shared one, at once: per-module results as alone, models and globals put back."""
+    models = [_wide(2), _wide(3)]
+    shared = _wide(2)
+    x = torch.randn(4, 16)
+    alone = [FlopCountAnalysis(model, x, backend=backend).by_module() for model in models + [shared]]
+    before = model_state(shared)
+    handler, module_map = warnings.showwarning, torch.jit._trace._trace_module_map
+
+    def analyse(index: int, model: nn.Module) -> None:
+        for _ in range(8):
+            results[index].append(FlopCountAnalysis(model, x, backend=backend).by_module())
+            warnings.warn("a user's own warning", UserWarning)
+
+    results: list[list] = [[] for _ in range(4)]
+    threads = [threading.Thread(target=analyse, args=(i, m)) for i, m in enumerate(models + [shared, shared])]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert [run for runs in results[:2] for run in runs] == [alone[0]] * 8 + [alone[1]] * 8
+    assert all(run == alone[2] for runs in results[2:] for run in runs)
+    assert_same_state(before, model_state(shared))
+    assert sum("a user's own warning" in str(w.message) for w in caught) == 32  # none swallowed by a trace
+    assert warnings.showwarning is handler and torch.jit._trace._trace_module_map is module_map
+
+
+def test_interrupting_an_analysis_restores_model_and_globals():
+    class Interrupted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            self.fc.weight.data.mul_(2)
+            raise KeyboardInterrupt
+
+    model = Interrupted()
+    before = model_state(model)
+    handler, module_map = warnings.showwarning, torch.jit._trace._trace_module_map
+    for backend in ("jit", "dispatch"):
+        with pytest.raises(KeyboardInterrupt):
+            FlopCountAnalysis(model, torch.randn(2, 4), backend=backend).total()
+        assert_same_state(before, model_state(model))
+    assert warnings.showwarning is handler and torch.jit._trace._trace_module_map is module_map
