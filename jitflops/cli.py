@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from .examples import all_examples
-from .export import ops_to_csv, profile_to_html, profile_to_json, spans_to_chrome_trace, write_text
+from .export import ops_to_csv, profile_to_html, profile_to_json, spans_to_chrome_trace
+from .file_output import check_writable, write_text
 from .formatting import format_quantity, format_seconds
 from .profile import ModelProfile, profile_model
 
@@ -254,6 +255,9 @@ def run(args: argparse.Namespace) -> str:
         raise UsageError(f"unknown device {args.device!r}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda, but CUDA is not available on this machine")
+    for path in (args.output, args.trace, args.html):
+        if path:
+            check_writable(path)  # before the analysis spends any time
     if args.example:
         model, positional, keywords = all_examples()[args.example].instantiate(args.device)
     else:

@@ -1,8 +1,7 @@
 """Files: the profile as JSON, the per-op table as CSV, a Chrome/Perfetto trace, an HTML picture.
 
-Every file is written through iopath's ``PathManager`` and atomically: the text goes to a temporary
-file beside the target, which then replaces the target in one rename, so an interrupted run never
-leaves a half-written file.
+Every file is written by :func:`jitflops.file_output.write_text`: atomically, through symbolic
+links, keeping the file's mode, creating missing directories, and naming the user's path on error.
 
 The JSON document (``"schema": "jitflops.profile/1"``) holds:
 
@@ -27,36 +26,13 @@ import json
 import os
 from typing import Any
 
-from iopath.common.file_io import g_pathmgr as PathManager
-
-from .distributed import is_writer
+from .file_output import write_text
 from .hierarchy import ModuleProfile
 from .op_table import OpRow
 from .profile import ModelProfile
 from .timing import Span
 
 SCHEMA = "jitflops.profile/1"
-
-
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file, then one rename); in a multi-process
-    run only rank 0 writes."""
-    if not is_writer():
-        return
-    temporary = f"{path}.partial-{os.getpid()}"
-    try:
-        with PathManager.open(temporary, "w") as stream:
-            stream.write(text)
-    except BaseException:
-        if PathManager.exists(temporary):
-            PathManager.rm(temporary)
-        raise
-    if "://" in path:  # a remote store: replace as well as its handler allows
-        if PathManager.exists(path):
-            PathManager.rm(path)
-        PathManager.mv(temporary, path)
-    else:
-        os.replace(temporary, path)
 
 
 def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from .jit_analysis import module_aliases
 from .dispatch_trace import BackwardFn
 from .distributed import gather_profile, is_writer
 from .errors import JitflopsError
+from .file_output import write_text
 from .flop_count import FlopCountAnalysis
 from .formatting import format_quantity
 from .hierarchy import ModuleProfile, build_hierarchy
@@ -211,7 +212,6 @@ def get_model_profile(
     profile unless ``print_profile`` is False.
     """
     from .deepspeed_report import format_model_profile
-    from .export import write_text
 
     if mode != "forward":
         raise ValueError("get_model_profile profiles the forward; use FlopsProfiler for training steps")
@@ -434,7 +434,6 @@ class FlopsProfiler:
         output_file: Optional[str] = None,
     ) -> None:
         from .deepspeed_report import format_model_profile
-        from .export import write_text
 
         text = format_model_profile(self.profile(profile_step), module_depth=module_depth, top_modules=top_modules, detailed=detailed)
         if not is_writer():

@@ -117,6 +117,13 @@ def test_errors_are_one_line_without_traceback(args, message):
     assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
 
 
+def test_output_paths_are_checked_before_the_analysis_runs(tmp_path):
+    (tmp_path / "taken").mkdir()
+    result = jitflops("--example", "transformer", "--profile", "--repeats", "50", "--html", str(tmp_path / "taken"), expect=2)
+    assert f"cannot write '{tmp_path / 'taken'}': it is a directory" in result.stderr
+    assert "timed" not in result.stderr  # no progress bar: it failed before the timed pass
+
+
 def test_debug_shows_the_traceback():
     result = jitflops("nope.module:thing", "--input-ids", "1,4", "--debug", expect=1)
     assert "Traceback" in result.stderr

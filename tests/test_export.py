@@ -5,13 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import stat
 
 import pytest
 import torch
 
 from jitflops import profile_model, write_chrome_trace, write_html, write_json, write_ops_csv
 from jitflops.examples import ConvNet
-from jitflops.export import SCHEMA, write_text
+from jitflops.export import SCHEMA
+from jitflops.file_output import OutputError, write_text
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +71,40 @@ def test_write_is_atomic(tmp_path):
         write_text(str(path), 123)  # type: ignore[arg-type]  # fails while writing
     assert path.read_text() == "first"
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_writing_through_a_symbolic_link_keeps_the_link_and_the_mode(tmp_path):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_text(str(link), "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    target.chmod(0o444)  # read-only: its mode survives a rewrite too (the directory is writable)
+    write_text(str(target), "newer")
+    assert target.read_text() == "newer" and stat.S_IMODE(target.stat().st_mode) == 0o444
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]
+
+
+def test_a_new_file_gets_the_usual_mode_and_missing_directories_are_created(tmp_path):
+    path = tmp_path / "a" / "b" / "report.txt"
+    write_text(str(path), "text")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.read_text() == "text" and stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
+
+
+def test_a_directory_as_the_target_is_refused_naming_the_users_path(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(OutputError, match=r"cannot write '.*out': it is a directory"):
+        write_text(str(tmp_path / "out"), "x")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # nothing partial left behind
+
+
+def test_a_parent_that_cannot_be_made_is_named_with_the_users_path(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputError, match=r"cannot write '.*file/report.json': its directory cannot be created"):
+        write_text(str(tmp_path / "file" / "report.json"), "x")
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
