@@ -12,8 +12,8 @@ setup(
     python_requires=">=3.10",
     install_requires=["torch>=2.4", "tabulate>=0.10", "iopath>=0.1.9", "tqdm"],  # tqdm: the progress bar; iopath needs it too
     extras_require={
-        # expecttest: torch's op database (torch.testing._internal) imports it
-        "test": ["pytest>=7", "fvcore==0.1.5.post20221221", "transformers>=4.50", "expecttest"],
+        # expecttest: torch's op database (torch.testing._internal) imports it; hypothesis: generated models
+        "test": ["pytest>=7", "fvcore==0.1.5.post20221221", "transformers>=4.50", "expecttest", "hypothesis"],
     },
     entry_points={"console_scripts": ["jitflops=jitflops.cli:main"]},
     license="MIT",

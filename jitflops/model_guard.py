@@ -142,7 +142,7 @@ class ModelSnapshot:
                 if not _is_scripted(state.module):
                     self._restore_attributes(state)
                 for key, saved in state.tensors.items():
-                    if not self._restore_tensor(state.module, key, saved):
+                    if not self._restore_tensor(saved):
                         unrestorable.append(f"{self._name.get(state.module, '?')}.{key.partition(':')[2]}".lstrip("."))
         if unrestorable:
             warnings.warn(
@@ -170,16 +170,17 @@ class ModelSnapshot:
                 _put_back_contents(state.attributes[name], saved)
 
     @staticmethod
-    def _restore_tensor(module: nn.Module, key: str, saved: _TensorState) -> bool:
+    def _restore_tensor(saved: _TensorState) -> bool:
         """Put back a tensor's flags, gradient and, where they changed, values; False where values
         changed and no copy was kept. A lazy module's parameter that materialised (in place: it
-        changed class) is replaced by a new uninitialised one, so the module is lazy again."""
+        changed class and got data) is made uninitialised again, the same object, as torch's
+        ``materialize`` made it initialised."""
         tensor = saved.tensor
         if saved.uninitialized is not None:
             if not isinstance(tensor, UninitializedTensorMixin):
-                kind, name = key.split(":")
                 lazy_class, device, dtype = saved.uninitialized
-                getattr(module, f"_{kind}s")[name] = lazy_class(requires_grad=saved.requires_grad, device=device, dtype=dtype)
+                tensor.data = torch.empty(0, device=device, dtype=dtype)
+                tensor.__class__ = lazy_class
             return True
         tensor.requires_grad_(saved.requires_grad)
         tensor.grad = saved.grad
