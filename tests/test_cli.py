@@ -105,7 +105,7 @@ def test_meta_device_counts_a_large_model():
         (["nope.module:thing", "--input-ids", "1,4"], "cannot import module 'nope.module'"),
         (["torch.nn:NoSuchLayer", "--input-ids", "1,4"], "has no attribute 'NoSuchLayer'"),
         (["torch.nn:Linear", "--config", "in_features=4", "out_features=3", "--input-shape", "2,x"], "comma-separated integers"),
-        (["torch.nn:Linear", "--config", "in_features=4", "out_features=3", "--input-shape", "2,5"], "module (Linear): RuntimeError: mat1 and mat2"),
+        (["torch.nn:Linear", "--config", "in_features=4", "out_features=3", "--input-shape", "2,5"], "module (Linear): RuntimeError: "),  # what follows is torch's wording
         (["torch.nn:Linear", "--config", "in_features=4"], "building the model failed"),
         (["--example", "convnet", "--trace", "t.json"], "--trace needs --profile"),
         (["--example", "convnet", "--profile", "--device", "meta"], "meta device has no data"),

@@ -36,7 +36,7 @@ def test_model_unchanged_after_success_in_both_modes(training):
 def test_wrong_input_shape_names_the_module_and_leaves_the_model_alone():
     model = Broken().train()
     before = model_state(model)
-    with pytest.raises(TraceError, match=r"module 'inner\.1' \(Linear\).*mat1 and mat2 shapes cannot be multiplied") as caught:
+    with pytest.raises(TraceError, match=r"module 'inner\.1' \(Linear\): RuntimeError: ") as caught:  # then torch's own wording
         FlopCountAnalysis(model, torch.randn(3, 4)).total()
     assert caught.value.scope == "inner.1"
     assert_same_state(before, model_state(model))
