@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Counter, DefaultDict, Optional, Union
+from typing import Any, Counter, DefaultDict, Optional
 
 from torch import nn
 
 from .jit_analysis import JitModelAnalysis, per_operator_in_units
-from .dispatch_trace import BackwardFn
 from .handles import ACTIVATION_FORMULAS, FLOP_FORMULAS, Handle
 
 
@@ -20,19 +18,9 @@ class ActivationCountAnalysis(JitModelAnalysis):
     """Activations (output elements of convolutions, matrix products, attention and recurrent
     layers) per module and per operator, by JIT trace. Every other known op counts zero."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        inputs: Any,
-        kwargs: Optional[Mapping[str, Any]] = None,
-        *,
-        backend: str = "jit",
-        backward: Union[bool, BackwardFn] = False,
-        strict: bool = False,
-    ) -> None:
-        """See :class:`JitModelAnalysis`."""
-        super().__init__(model, inputs, kwargs, backend=backend, backward=backward, strict=strict)
-        self.set_op_handle(**_DEFAULT_SUPPORTED_OPS)
+    @classmethod
+    def _default_handles(cls) -> dict[str, Handle]:
+        return _DEFAULT_SUPPORTED_OPS
 
     @classmethod
     def _default_ignored_ops(cls) -> frozenset[str]:

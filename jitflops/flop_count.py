@@ -44,9 +44,12 @@ class FlopCountAnalysis(JitModelAnalysis):
         ``elementwise=True`` also counts elementwise ops."""
         super().__init__(model, inputs, kwargs, backend=backend, backward=backward, strict=strict)
         self._elementwise = elementwise
-        self.set_op_handle(**_DEFAULT_SUPPORTED_OPS)
         if elementwise:
             self.set_op_handle(**ELEMENTWISE_FLOP_FORMULAS.handles())
+
+    @classmethod
+    def _default_handles(cls) -> dict[str, Handle]:
+        return _DEFAULT_SUPPORTED_OPS
 
     def _new_like(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> "FlopCountAnalysis":
         return type(self)(model, inputs, kwargs, elementwise=self._elementwise, **self._front_end_settings())

@@ -158,6 +158,13 @@ class JitModelAnalysis:
         self.uncalled_modules_warnings(True)
         self.tracer_warnings("no_tracer_warning")
         self.ancestor_mode("owner")
+        self.set_op_handle(**self._default_handles())
+
+    @classmethod
+    def _default_handles(cls) -> Mapping[str, Handle]:
+        """The handles a new analysis of this class starts with (read when it is made: fvcore's
+        mutable ``_DEFAULT_SUPPORTED_OPS`` tables in the subclasses)."""
+        return {}
 
     @classmethod
     def _default_ignored_ops(cls) -> frozenset[str]:

@@ -188,7 +188,7 @@ class ModelSnapshot:
             return True
         if saved.value is None:
             return False
-        tensor.copy_(saved.value)  # also where the version did not move: kernels may write without bumping it
+        tensor.copy_(saved.value)  # also where the version did not move: batch norm's kernels and ``.data`` write without bumping it
         return True
 
 

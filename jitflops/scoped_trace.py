@@ -186,6 +186,12 @@ class _ScopeMarkers:
             del state.push_scope, state.pop_scope
 
 
+_NOT_WORK = frozenset({"aten::size", "aten::sizes", "aten::numel", "aten::dim", "aten::sym_size", "aten::Int", "aten::Float", "aten::Bool", "aten::ScalarImplicit"})
+"""Ops whose unused results are left to the dead-code elimination: shape queries and conversions
+(Python code asks for sizes it then does not use), and graph bookkeeping (``prim::`` other than
+Python ops): none of it is work a model runs."""
+
+
 def _keep_unused_values(graph: "torch._C.Graph", nodes: Iterable["torch._C.Node"], end: "torch._C.Node") -> None:
     """Make every value nothing uses an input of a sink node placed before ``end``, so that the
     tracer's dead-code elimination keeps what the model computed and dropped (an unused branch, a
@@ -211,7 +217,7 @@ def _keep_unused_values(graph: "torch._C.Graph", nodes: Iterable["torch._C.Node"
                 _keep_unused_values(graph, block.nodes(), block.returnNode())
         elif kind == "prim::PythonOp" and "Subgraph" in node.attributeNames():
             twins = [part.kind() for part in node.g("Subgraph").nodes()]
-        if not node.hasUses():
+        if kind not in _NOT_WORK and (kind == "prim::PythonOp" or not kind.startswith("prim::")) and not node.hasUses():
             unused.extend(node_outputs(node))
     if unused:
         graph.create(_KEEP_ALIVE, unused, 0).insertBefore(end)
