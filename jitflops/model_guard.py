@@ -43,7 +43,7 @@ _MODULE_DICTS = (
     "_backward_pre_hooks",
 )
 
-PARAMETER_COPY_BUDGET = 16 * 2**20
+PARAMETER_COPY_BUDGET = 2**20
 """Bytes of parameter values a snapshot copies so that a forward changing them in place is undone."""
 
 RECORDING_LOCK = threading.RLock()
@@ -78,6 +78,9 @@ class _ModuleState:
     tensors: dict[str, _TensorState]
 
 
+_CONTAINER_TYPES = frozenset({list, dict, set})
+
+
 def _copy_contents(container: Any) -> Any:
     if isinstance(container, list):
         return list(container)
@@ -100,7 +103,7 @@ class ModelSnapshot:
     """The restorable state of a model and all its submodules."""
 
     def __init__(self, model: nn.Module) -> None:
-        self._name = {module: name for name, module in model.named_modules(remove_duplicate=False)}
+        self._model = model
         budget = [PARAMETER_COPY_BUDGET]
         self._states = [self._take(module, budget) for module in model.modules()]
 
@@ -128,11 +131,10 @@ class ModelSnapshot:
         attributes = dict(vars(module))
         # Most hook containers are empty: only non-empty ones are copied, the others are emptied on restore.
         contents = {name: _copy_contents(live) for name in _MODULE_DICTS if (live := attributes.get(name))}
-        contents.update(
-            (name, _copy_contents(value))
-            for name, value in attributes.items()
-            if name not in contents and type(value) in (list, dict, set)
-        )
+        if not type(module).__module__.startswith("torch."):  # torch's own modules keep no such state
+            for name, value in attributes.items():
+                if type(value) in _CONTAINER_TYPES and name not in contents:
+                    contents[name] = _copy_contents(value)
         return _ModuleState(module, type(module), attributes, contents, tensors)
 
     def restore(self) -> None:
@@ -143,8 +145,10 @@ class ModelSnapshot:
                     self._restore_attributes(state)
                 for key, saved in state.tensors.items():
                     if not self._restore_tensor(saved):
-                        unrestorable.append(f"{self._name.get(state.module, '?')}.{key.partition(':')[2]}".lstrip("."))
+                        unrestorable.append((state.module, key.partition(":")[2]))
         if unrestorable:
+            names = {module: name for name, module in self._model.named_modules(remove_duplicate=False)}
+            unrestorable = [f"{names.get(module, '?')}.{attribute}".lstrip(".") for module, attribute in unrestorable]
             warnings.warn(
                 f"the forward changed parameter values in place that jitflops could not put back (copies are kept only for "
                 f"{PARAMETER_COPY_BUDGET // 2**20} MiB of parameters): {', '.join(unrestorable)}",

@@ -161,6 +161,8 @@ class _ScopeMarkers:
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
+        self.installed = False
+        """Whether this trace got the markers (else the tracer's own scope blocks are in the graph)."""
         self.pushed: list[str] = []
 
     @contextmanager
@@ -180,6 +182,7 @@ class _ScopeMarkers:
             insert(create(_EXIT_SCOPE, 0))
 
         state.push_scope, state.pop_scope = push_scope, pop_scope
+        self.installed = True
         try:
             yield
         finally:
@@ -192,11 +195,12 @@ _NOT_WORK = frozenset({"aten::size", "aten::sizes", "aten::numel", "aten::dim", 
 Python ops): none of it is work a model runs."""
 
 
-def _keep_unused_values(graph: "torch._C.Graph", nodes: Iterable["torch._C.Node"], end: "torch._C.Node") -> None:
+def _keep_unused_values(graph: "torch._C.Graph", nodes: Iterable["torch._C.Node"], end: "torch._C.Node", every_kind: bool) -> None:
     """Make every value nothing uses an input of a sink node placed before ``end``, so that the
     tracer's dead-code elimination keeps what the model computed and dropped (an unused branch, a
     discarded layer): a profiler counts what runs. Scope blocks (the tracer's own scopes) get a sink
-    of their own. :meth:`ScopedTrace.read` removes the sinks.
+    of their own. :meth:`ScopedTrace.read` removes the sinks. Without scope blocks or Python ops
+    (``every_kind`` False), only the kinds of unused nodes are read: one call into the JIT per node.
 
     The ops a custom autograd Function's forward ran are traced twice: into the graph, right after
     the Function's own node (which replaces their result), and into that node's subgraph. Those in
@@ -206,6 +210,8 @@ def _keep_unused_values(graph: "torch._C.Graph", nodes: Iterable["torch._C.Node"
     unused = []
     twins: list[str] = []  # kinds of the graph's copies still expected after a Function's node, in order
     for node in nodes:
+        if not every_kind and node.hasUses():
+            continue
         kind = node.kind()
         if twins and kind == twins[0]:
             twins.pop(0)
@@ -214,7 +220,7 @@ def _keep_unused_values(graph: "torch._C.Graph", nodes: Iterable["torch._C.Node"
             twins = []
         if kind == "prim::TracedModuleForward":
             for block in node.blocks():
-                _keep_unused_values(graph, block.nodes(), block.returnNode())
+                _keep_unused_values(graph, block.nodes(), block.returnNode(), every_kind)
         elif kind == "prim::PythonOp" and "Subgraph" in node.attributeNames():
             twins = [part.kind() for part in node.g("Subgraph").nodes()]
         if kind not in _NOT_WORK and (kind == "prim::PythonOp" or not kind.startswith("prim::")) and not node.hasUses():
@@ -231,7 +237,8 @@ def _recording(markers: _ScopeMarkers) -> Callable[[], ContextManager[None]]:
         with markers():
             yield
         graph = torch._C._get_tracing_state().graph()
-        _keep_unused_values(graph, graph.nodes(), graph.return_node())
+        every_kind = not markers.installed or bool(graph.findAllNodes("prim::PythonOp"))
+        _keep_unused_values(graph, graph.nodes(), graph.return_node(), every_kind)
 
     return around_model
 

@@ -282,3 +282,51 @@ def test_elementwise_convention_is_off_by_default_and_counted_on_request():
     counted = flops_of(f, x, elementwise=True)
     assert counted.by_operator() == {"gelu": 40, "mul": 40, "softmax": 120, "sum": 40}
     assert "elementwise ops" in counted.convention() and "counted (1 flop per element)" in counted.convention()
+
+
+# ------------------------------------------- products torch composes, in-place forms, decompositions
+
+
+@pytest.mark.parametrize(
+    "fn, shapes, expected",
+    [
+        (lambda a, b: torch.inner(a, b), [(3, 5), (4, 5)], 3 * 4 * 5),  # 2-D operands: one mm
+        (lambda a, b: torch.tensordot(a, b, dims=([1], [0])), [(3, 5), (5, 6)], 3 * 5 * 6),
+        (lambda a, b: torch.outer(a, b), [(3,), (4,)], 12),
+        (lambda c, a, b: torch.addr(c, a, b), [(3, 4), (3,), (4,)], 12),
+        (lambda c, a, b: c.clone().addmm_(a, b), [(3, 6), (3, 5), (5, 6)], 3 * 5 * 6),
+        (lambda c, a, b: c.clone().baddbmm_(a, b), [(2, 3, 6), (2, 3, 5), (2, 5, 6)], 2 * 3 * 5 * 6),
+        (lambda a, b, c: torch.linalg.multi_dot([a, b, c]), [(50, 2), (2, 50), (50, 3)], 2 * 50 * 3 + 50 * 2 * 3),
+        (lambda a: torch.linalg.matrix_power(a, 5), [(4, 4)], 3 * 64),  # a^2, a^4, a^4 @ a
+        (lambda a, b: torch.linalg.vecdot(a, b), [(3, 5), (3, 5)], 15),
+        (lambda a, b, w: torch.nn.functional.bilinear(a, b, w), [(2, 3), (2, 4), (5, 3, 4)], 2 * 5 * 4 * (3 + 1)),
+    ],
+)
+def test_composite_products_count_the_products_torch_runs(fn, shapes, expected):
+    tensors = [torch.randn(shape) for shape in shapes]
+    for backend in ("jit", "dispatch"):
+        analysis = flops_of(fn, *tensors, backend=backend)
+        assert analysis.total() == expected and not analysis.unsupported_ops(), backend
+    with FlopCounterMode(display=False) as torch_count:
+        fn(*tensors)
+    assert torch_count.get_total_flops() in (0, 2 * expected)  # torch counts these products, or none of them
+
+
+@pytest.mark.parametrize(
+    "fn, shape, expected",
+    [
+        (torch.linalg.cholesky, (4, 4), round(4**3 / 6)),  # made positive definite below
+        (torch.linalg.inv, (4, 4), 4**3),
+        (torch.linalg.det, (4, 4), round((4 * 16 - 64 / 3) / 2)),
+        (lambda a: torch.linalg.svdvals(a), (6, 4), round(2 * 6 * 16 - 2 * 64 / 3)),
+        (lambda a: torch.fft.fft(a), (2, 8), 2 * 8 * 3),  # N log2 N over the 8-point transforms
+        (lambda a: torch.fft.rfft2(a), (8, 4), 32 * 5),  # log2(8 x 4) = 5
+        (lambda a: torch.cdist(a, a), (3, 4), 9 * 4),  # 3 x 3 pairs of 4 features, by the pairwise kernel
+    ],
+)
+def test_decompositions_transforms_and_distances_by_hand(fn, shape, expected):
+    a = torch.randn(shape)
+    if fn is torch.linalg.cholesky:
+        a = a @ a.T + 4 * torch.eye(4)
+    for backend in ("jit", "dispatch"):
+        assert flops_of(fn, a, backend=backend).total() == expected, backend
