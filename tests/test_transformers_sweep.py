@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -25,7 +26,9 @@ sweep = sys.modules["sweep"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sweep)
 
 ARCHITECTURES = dict(sweep.architectures())
-CHOSEN = ["diffllama", "led", "efficientnet", "mixtral", "qwen3_moe", "bloom", "yoso", "gpt2", "t5", "llama"]
+CHOSEN = ["diffllama", "led", "efficientnet", "bloom", "yoso", "gpt2", "t5", "llama"]
+if hasattr(torch, "_grouped_mm"):  # transformers runs mixture-of-experts layers through it by default
+    CHOSEN += ["mixtral", "qwen3_moe"]
 RAN = {r["model_type"] for r in json.loads(sweep.RESULTS.read_text())["results"] if r["status"] == "counted"}
 DRAWN = random.Random(2026).sample(sorted(RAN & set(ARCHITECTURES) - set(CHOSEN)), 6)
 
@@ -33,6 +36,8 @@ DRAWN = random.Random(2026).sample(sorted(RAN & set(ARCHITECTURES) - set(CHOSEN)
 @pytest.mark.parametrize("model_type", CHOSEN + DRAWN)
 def test_architecture_is_counted_cleanly(model_type):
     result = sweep.run_architecture(model_type, ARCHITECTURES[model_type])
+    if not hasattr(torch, "_grouped_mm") and "_grouped_mm" in (result.error + result.jit_error + result.dispatch_error):
+        pytest.skip("transformers needs torch's _grouped_mm for this architecture's experts")
     if result.status != "counted":
         pytest.skip(f"{model_type}: {result.status} ({result.error[:120]}): nothing to count")
     assert not result.jit_error and not result.dispatch_error, (result.jit_error, result.dispatch_error)

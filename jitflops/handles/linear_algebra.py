@@ -8,6 +8,7 @@ backend, which records what it decomposes into, give the same number. In-place f
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
@@ -127,17 +128,29 @@ def inner_flops(op: OpRecord) -> int:
     return prod(a) * prod(b[:-1])
 
 
+@functools.lru_cache(maxsize=None)
+def _tensordot_without_free_elements_is_a_mul() -> bool:
+    """Whether this torch runs a ``tensordot`` with no free elements over several dims as ``mul``
+    and ``sum`` (recent versions) rather than as a product (older ones): asked of torch's own
+    counter once, on a 2 x 2 example."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        torch.tensordot(torch.ones(2, 2), torch.ones(2, 2), dims=2)
+    return counter.get_total_flops() == 0
+
+
 @FLOP_FORMULAS.register("aten::tensordot")
 def tensordot_flops(op: OpRecord) -> int:
     """One ``mm`` of the free dims of ``self`` by those of ``other`` over the contracted dims, as torch
     runs it: a contracted dim of size 1 on one side is summed out first; with no free elements on
-    either side it is a ``dot`` over one contracted dim, or a ``mul`` and ``sum`` over several."""
+    either side it is a ``dot`` over one contracted dim, and over several what this torch runs."""
     a, b = op.shape("self"), op.shape("other")
     dims_a, dims_b = [d % len(a) for d in op.arg("dims_self")], [d % len(b) for d in op.arg("dims_other")]
     contracted = prod(a[i] for i, j in zip(dims_a, dims_b) if a[i] != 1 and b[j] != 1)
     free_a = prod(size for d, size in enumerate(a) if d not in dims_a)
     free_b = prod(size for d, size in enumerate(b) if d not in dims_b)
-    if free_a == free_b == 1 and len(dims_a) > 1:
+    if free_a == free_b == 1 and len(dims_a) > 1 and _tensordot_without_free_elements_is_a_mul():
         return 0
     return free_a * contracted * free_b
 
