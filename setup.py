@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["jitflops", "jitflops.*"]),
     python_requires=">=3.10",
-    install_requires=["torch>=2.4", "tabulate>=0.10", "iopath>=0.1.9", "tqdm"],  # tqdm: the progress bar; iopath needs it too
+    install_requires=["torch>=2.10", "tabulate>=0.10", "iopath>=0.1.9", "tqdm"],  # tqdm: the progress bar; iopath needs it too
     extras_require={
         # expecttest: torch's op database (torch.testing._internal) imports it; hypothesis: generated models
         "test": ["pytest>=7", "fvcore==0.1.5.post20221221", "transformers>=4.50", "expecttest", "hypothesis"],
