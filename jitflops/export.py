@@ -23,7 +23,6 @@ import csv
 import html
 import io
 import json
-import os
 from typing import Any
 
 from .file_output import write_text

@@ -13,6 +13,8 @@ square), ``k`` right-hand sides, per batch element:
   ``25n^3/2``;
 * SVD (Golub-Reinsch, ``m >= n``) ``2mn^2 - 2n^3/3`` (values), ``7mn^2 + 4n^3`` (thin U, V),
   ``2m^2 n + 4mn^2 + 9n^3/2`` (full U, V);
+* a hermitian square root (torch 2.15's ``linalg.matrix_sqrth``) the eigen-decomposition and one
+  product; the polar decomposition (``linalg.polar``) a thin SVD and two products;
 * ``matrix_exp``: five ``n^3`` products, the degree-18 Taylor evaluation torch uses for all but
   the smallest norms (the squarings depend on the norm, a value, and are not counted).
 
@@ -267,6 +269,23 @@ def cond_flops(op: OpRecord) -> int:
         return round(svd_macs(shape, False, False))
     spectral = 2 * svd_macs(shape, False, False) if order == "nuc" else 0
     return round(inverse_macs(shape) + spectral)
+
+
+@FLOP_FORMULAS.register("aten::linalg_matrix_sqrth")
+def matrix_sqrth_flops(op: OpRecord) -> int:
+    """The square root of a hermitian matrix: its eigen-decomposition, then ``V sqrt(L) V^H``."""
+    shape = _matrix(op)
+    batch, n, _ = _batch_m_n(shape)
+    return round(eigh_macs(shape, True) + batch * n**3)
+
+
+@FLOP_FORMULAS.register("aten::linalg_polar")
+def polar_flops(op: OpRecord) -> int:
+    """The polar decomposition ``A = U H`` from a thin SVD ``W S V^H``: ``U = W V^H`` and ``H = V S V^H``."""
+    shape = op.shape("A")
+    batch, m, n = _batch_m_n(shape)
+    k = min(m, n)
+    return round(svd_macs(shape, True, False) + batch * (m * k * n + n * k * n))
 
 
 @FLOP_FORMULAS.register("aten::linalg_matrix_exp", "aten::matrix_exp")
