@@ -77,6 +77,11 @@ class OpRecord:
             raise OpShapeError(self.kind, self.scope, f"has no argument named {name!r} (schema: {names})")
         return self.input(names.index(name))
 
+    def arg_or(self, name: str, default: Any) -> Any:
+        """The argument called ``name``, or ``default`` where the op's schema has no such argument
+        (an overload or a torch version without it)."""
+        return self.arg(name) if self.has_arg(name) else default
+
     def input(self, index: int) -> Any:
         """The decoded argument at ``index``, or None if the call did not pass it."""
         inputs = self.inputs

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from types import FrameType, TracebackType
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Callable, Iterable, Iterator, Mapping, Optional
 
 import torch
 from torch import nn
@@ -50,11 +50,21 @@ def hookable_modules(model: nn.Module, names: Mapping[nn.Module, str]) -> Iterat
             yield module, name
 
 
+def _as_is(failed: nn.Module, error: Exception) -> Exception:
+    return error
+
+
 @contextmanager
-def failures_named(model: nn.Module, names: Mapping[nn.Module, str], activity: str) -> Iterator[None]:
-    """Re-raise an exception of the body as a ``TraceError`` naming the module that was running."""
+def failures_named(
+    model: nn.Module,
+    names: Mapping[nn.Module, str],
+    activity: str,
+    explain: Callable[[nn.Module, Exception], Exception] = _as_is,
+) -> Iterator[None]:
+    """Re-raise an exception of the body as a ``TraceError`` naming the module that was running;
+    ``explain`` may replace the cause given the failing module."""
     try:
         yield
     except Exception as error:
         failed = innermost_module(traceback_frames(error.__traceback__), names) or model
-        raise TraceError(names.get(failed, ""), type(failed).__name__, error, activity) from error
+        raise TraceError(names.get(failed, ""), type(failed).__name__, explain(failed, error), activity) from error

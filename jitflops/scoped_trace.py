@@ -44,7 +44,7 @@ from .errors import DataDependentTraceWarning, JitflopsError, TraceError, descri
 from .model_guard import preserved
 from .model_io import FlatCall, ModelCall
 from .records import JitOpRecord, OpRecord, node_inputs, node_outputs
-from .running_module import innermost_module, stack_frames, traceback_frames
+from .running_module import failures_named, innermost_module, stack_frames
 
 TRACER_WARNING_MODES = ("all", "no_tracer_warning", "none")
 
@@ -100,9 +100,8 @@ class ScopedTrace:
                         open_scopes.pop()
                     scope = open_scopes[-1]
                     continue
-                if kind == "prim::PythonOp":  # a custom autograd.Function: named after its class, as in fvcore
-                    kind = f"prim::PythonOp.{node.pyname()}"
-                elif kind != "prim::CallFunction":
+                kind = _prim_op_kind(node, kind)
+                if kind is None:
                     scopes[scope or full_scope(node.scopeName())] = None
                     continue
             op_scope = scope or full_scope(node.scopeName())
@@ -141,7 +140,22 @@ class ScopedTrace:
         node, scope = op
         if node.kind() != "prim::PythonOp" or "Subgraph" not in node.attributeNames():
             return []
-        return [(kind, (part, scope)) for part in node.g("Subgraph").nodes() if not (kind := part.kind()).startswith("prim::") or kind == "prim::PythonOp"]
+        parts = []
+        for part in node.g("Subgraph").nodes():
+            kind = part.kind()
+            if kind.startswith("prim::"):
+                kind = _prim_op_kind(part, kind)
+            if kind is not None:
+                parts.append((kind, (part, scope)))
+        return parts
+
+
+def _prim_op_kind(node: "torch._C.Node", kind: str) -> Optional[str]:
+    """The kind a ``prim::`` node is counted under, or None for graph bookkeeping: a custom
+    autograd Function is named after its class, as in fvcore; a call of a Python function is an op."""
+    if kind == "prim::PythonOp":
+        return f"prim::PythonOp.{node.pyname()}"
+    return kind if kind == "prim::CallFunction" else None
 
 
 def full_scope(scope_name: str) -> str:
@@ -189,7 +203,9 @@ class _ScopeMarkers:
             del state.push_scope, state.pop_scope
 
 
-_NOT_WORK = frozenset({"aten::size", "aten::sizes", "aten::numel", "aten::dim", "aten::sym_size", "aten::Int", "aten::Float", "aten::Bool", "aten::ScalarImplicit"})
+_SHAPE_QUERIES = frozenset({"aten::size", "aten::sizes", "aten::numel", "aten::dim", "aten::sym_size"})
+
+_NOT_WORK = _SHAPE_QUERIES | {"aten::Int", "aten::Float", "aten::Bool", "aten::ScalarImplicit"}
 """Ops whose unused results are left to the dead-code elimination: shape queries and conversions
 (Python code asks for sizes it then does not use), and graph bookkeeping (``prim::`` other than
 Python ops): none of it is work a model runs."""
@@ -264,8 +280,20 @@ _TORCH_INTERNAL_ERRORS = ("INTERNAL ASSERT FAILED", "unordered_map::at")
 assertion (the tracer's alias analysis on some ops), a C++ lookup that escaped as a RuntimeError."""
 
 
-def _is_torch_internal_error(error: BaseException) -> bool:
-    return isinstance(error, RuntimeError) and any(marker in str(error) for marker in _TORCH_INTERNAL_ERRORS)
+def _explained(failed: nn.Module, error: Exception) -> Exception:
+    """What the tracer's error means where the model is not at fault: a scripted submodule, which the
+    trace cannot enter, or an error inside torch's own code; both point to the dispatch backend."""
+    if isinstance(failed, torch.jit.ScriptModule):
+        return JitflopsError(
+            f"a scripted module (torch.jit.script) cannot run inside the trace jitflops takes of the model "
+            f"({str(error).splitlines()[0]}); {USE_DISPATCH}"
+        )
+    if isinstance(error, RuntimeError) and any(marker in str(error) for marker in _TORCH_INTERNAL_ERRORS):
+        return JitflopsError(
+            f"torch's JIT tracer failed inside torch itself ({type(error).__name__}: {str(error).splitlines()[0]}), "
+            f"a torch bug rather than a fault of the model; {USE_DISPATCH}"
+        )
+    return error
 
 
 def _is_compiled(model: nn.Module) -> bool:
@@ -276,12 +304,12 @@ def _is_compiled(model: nn.Module) -> bool:
     return isinstance(model, OptimizedModule)
 
 
-_SHAPE_SOURCES = frozenset({
-    "aten::size", "aten::sizes", "aten::numel", "aten::dim", "aten::sym_size", "prim::Constant",
+_SHAPE_SOURCES = _SHAPE_QUERIES | {
+    "prim::Constant",
     # read only their operand's shape, dtype or device
     "aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::full_like", "aten::new_zeros", "aten::new_ones",
     "aten::new_empty", "aten::new_full", "aten::new_tensor",
-})
+}
 
 
 def _depends_on_data(value_producer: "torch._C.Node", user_inputs: int) -> bool:
@@ -396,20 +424,8 @@ def trace_with_scopes(
         previous_map = jit_trace._trace_module_map
         jit_trace._trace_module_map = scope_names
         try:
-            graph = _trace_graph(runner)
-        except Exception as error:
-            failed = innermost_module(traceback_frames(error.__traceback__), scope_names) or model
-            if isinstance(failed, torch.jit.ScriptModule):
-                error = JitflopsError(
-                    f"a scripted module (torch.jit.script) cannot run inside the trace jitflops takes of the model "
-                    f"({str(error).splitlines()[0]}); {USE_DISPATCH}"
-                )
-            elif _is_torch_internal_error(error):
-                error = JitflopsError(
-                    f"torch's JIT tracer failed inside torch itself ({type(error).__name__}: {str(error).splitlines()[0]}), "
-                    f"a torch bug rather than a fault of the model; {USE_DISPATCH}"
-                )
-            raise TraceError(aliases[failed], type(failed).__name__, error) from error
+            with failures_named(model, scope_names, "tracing", _explained):
+                graph = _trace_graph(runner)
         finally:
             jit_trace._trace_module_map = previous_map
     if collected.data_dependent:

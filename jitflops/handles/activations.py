@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..records import OpRecord
 from .attention import ATTENTION_KERNELS
 from .convolution import CONVOLUTION_KINDS, TRANSPOSED_KINDS
-from .registry import ACTIVATION_FORMULAS
+from .registry import ACTIVATION_FORMULAS, with_inplace
 from .shapes import prod
 
 
@@ -24,7 +24,7 @@ def convolution_activations(op: OpRecord) -> int:
     "aten::matmul", "aten::dot", "aten::vdot", "aten::inner", "aten::einsum", "aten::linear",
     "aten::scaled_dot_product_attention", "aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu",
     "aten::lstm_cell", "aten::gru_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell",
-    *(f"{kind}{suffix}" for kind in ("aten::addmm", "aten::addmv", "aten::addbmm", "aten::baddbmm", "aten::addr") for suffix in ("", "_")),
+    *with_inplace("addmm addmv addbmm baddbmm addr"),
     "aten::outer", "aten::ger", "aten::tensordot", "aten::linalg_multi_dot", "aten::chain_matmul", "aten::linalg_vecdot",
     "aten::_grouped_mm", "aten::_scaled_grouped_mm", "aten::_scaled_mm", "aten::_scaled_mm_v2", "aten::bilinear", "aten::_trilinear",
     *ATTENTION_KERNELS,

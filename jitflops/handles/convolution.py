@@ -39,7 +39,7 @@ TRANSPOSED_KINDS = (
 
 @FLOP_FORMULAS.register(*CONVOLUTION_KINDS, key="conv")
 def convolution_flops(op: OpRecord) -> int:
-    transposed = bool(op.arg("transposed")) if op.has_arg("transposed") else False
+    transposed = bool(op.arg_or("transposed", False))
     return conv_macs(op.operand_shape(), op.shape("weight"), op.output_shape(), transposed)
 
 

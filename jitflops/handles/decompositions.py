@@ -26,8 +26,6 @@ run (``_linalg_solve_ex``, ``linalg_inv_ex``, ``_linalg_det``, ``_linalg_svd``, 
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..records import OpRecord
 from .registry import FLOP_FORMULAS
 from .shapes import prod
@@ -98,10 +96,6 @@ def eig_macs(shape: tuple[int, ...], vectors: bool) -> float:
     return batch * n**3 * (25 / 2 if vectors else 5)
 
 
-def _arg(op: OpRecord, name: str, default: Any) -> Any:
-    return op.arg(name) if op.has_arg(name) else default
-
-
 def _matrix(op: OpRecord) -> tuple[int, ...]:
     """The decomposed matrix: the first argument (``self``, ``A`` or ``input``)."""
     return op.operand_shape()
@@ -143,7 +137,7 @@ def tensorinv_flops(op: OpRecord) -> int:
 def solve_flops(op: OpRecord) -> int:
     """LU of ``A``, then a solve for the columns (``left``) or rows of ``B``."""
     a, b = op.shape("A"), op.shape("B")
-    return round(lu_macs(a)) + _solve_with_factors_macs(a, b, _arg(op, "left", True))
+    return round(lu_macs(a)) + _solve_with_factors_macs(a, b, op.arg_or("left", True))
 
 
 @FLOP_FORMULAS.register("aten::linalg_tensorsolve")
@@ -157,13 +151,13 @@ def solve_with_factors_flops(op: OpRecord) -> int:
     """Two triangular solves with a factorisation already made."""
     names = op.arg_names or ()
     factors, rhs = next((f, r) for f, r in (("LU", "B"), ("LD", "B"), ("LU_data", "self"), ("input2", "self")) if f in names)
-    return _solve_with_factors_macs(op.shape(factors), op.shape(rhs), _arg(op, "left", True))
+    return _solve_with_factors_macs(op.shape(factors), op.shape(rhs), op.arg_or("left", True))
 
 
 @FLOP_FORMULAS.register("aten::linalg_solve_triangular", "aten::triangular_solve")
 def triangular_solve_flops(op: OpRecord) -> int:
     a, b = (op.shape("self"), op.shape("B")) if op.kind == "aten::linalg_solve_triangular" else (op.shape("A"), op.shape("self"))
-    return _solve_with_factors_macs(a, b, _arg(op, "left", True)) // 2
+    return _solve_with_factors_macs(a, b, op.arg_or("left", True)) // 2
 
 
 @FLOP_FORMULAS.register("aten::geqrf", "aten::linalg_qr", "aten::qr")
@@ -171,9 +165,9 @@ def qr_flops(op: OpRecord) -> int:
     if op.kind == "aten::geqrf":
         mode = "r"
     elif op.kind == "aten::qr":
-        mode = "reduced" if _arg(op, "some", True) else "complete"
+        mode = "reduced" if op.arg_or("some", True) else "complete"
     else:
-        mode = _arg(op, "mode", "reduced")
+        mode = op.arg_or("mode", "reduced")
     return round(qr_macs(_matrix(op), mode))
 
 
@@ -188,7 +182,7 @@ def ormqr_flops(op: OpRecord) -> int:
     """``Q`` (``k`` reflectors) applied to ``C`` (``input3``, ``m x n``) from the left or right."""
     batch, m, n = _batch_m_n(op.shape("input3"))
     k = op.shape("input2")[-1]
-    left = _arg(op, "left", True)
+    left = op.arg_or("left", True)
     return round(batch * (4 * m * n * k - 2 * (n if left else m) * k**2) / 2)
 
 
@@ -207,15 +201,15 @@ def svd_flops(op: OpRecord) -> int:
     if op.kind == "aten::linalg_svdvals":
         vectors, full = False, False
     elif op.kind == "aten::svd":
-        vectors, full = _arg(op, "compute_uv", True), not _arg(op, "some", True)
+        vectors, full = op.arg_or("compute_uv", True), not op.arg_or("some", True)
     else:
-        vectors, full = _arg(op, "compute_uv", True), _arg(op, "full_matrices", op.kind == "aten::linalg_svd")
+        vectors, full = op.arg_or("compute_uv", True), op.arg_or("full_matrices", op.kind == "aten::linalg_svd")
     return round(svd_macs(_matrix(op), vectors, full))
 
 
 @FLOP_FORMULAS.register("aten::_linalg_eigh", "aten::linalg_eigh", "aten::linalg_eigvalsh")
 def eigh_flops(op: OpRecord) -> int:
-    vectors = op.kind == "aten::linalg_eigh" or (op.kind == "aten::_linalg_eigh" and _arg(op, "compute_v", True))
+    vectors = op.kind == "aten::linalg_eigh" or (op.kind == "aten::_linalg_eigh" and op.arg_or("compute_v", True))
     return round(eigh_macs(_matrix(op), vectors))
 
 
@@ -229,14 +223,14 @@ def pinv_flops(op: OpRecord) -> int:
     """A thin SVD (an eigen-decomposition if hermitian) and the product ``V S^-1 U^T``."""
     shape = _matrix(op)
     batch, m, n = _batch_m_n(shape)
-    decomposition = eigh_macs(shape, True) if _arg(op, "hermitian", False) else svd_macs(shape, True, False)
+    decomposition = eigh_macs(shape, True) if op.arg_or("hermitian", False) else svd_macs(shape, True, False)
     return round(decomposition + batch * m * n * min(m, n))
 
 
 @FLOP_FORMULAS.register("aten::linalg_matrix_rank")
 def matrix_rank_flops(op: OpRecord) -> int:
     shape = _matrix(op)
-    return round(eigh_macs(shape, False) if _arg(op, "hermitian", False) else svd_macs(shape, False, False))
+    return round(eigh_macs(shape, False) if op.arg_or("hermitian", False) else svd_macs(shape, False, False))
 
 
 _SPECTRAL_ORDERS = (2, -2, "nuc")
@@ -264,7 +258,7 @@ def cond_flops(op: OpRecord) -> int:
     """2-norm condition numbers take the singular values; the others invert the matrix (the
     nuclear one also takes the singular values of both)."""
     shape = _matrix(op)
-    order = _arg(op, "p", None)
+    order = op.arg_or("p", None)
     if order in (None, 2, -2):
         return round(svd_macs(shape, False, False))
     spectral = 2 * svd_macs(shape, False, False) if order == "nuc" else 0

@@ -119,7 +119,7 @@ def einsum_flops(op: OpRecord) -> int:
     tensors = op.arg("tensors")
     if not isinstance(tensors, list) or not all(isinstance(t, TensorMeta) and t.shape is not None for t in tensors):
         raise OpShapeError(op.kind, op.scope, f"operand shapes were not recorded: {tensors!r}")
-    path = op.arg("path") if op.has_arg("path") else None
+    path = op.arg_or("path", None)
     try:
         return einsum_macs(op.arg("equation"), [t.shape for t in tensors], path)
     except (ValueError, StopIteration) as error:

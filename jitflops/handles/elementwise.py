@@ -19,16 +19,11 @@ count like their forward ops.
 from __future__ import annotations
 
 from ..records import OpRecord
-from .registry import ELEMENTWISE_FLOP_FORMULAS
+from .registry import ELEMENTWISE_FLOP_FORMULAS, with_inplace
 from .shapes import prod
 
 
-def _with_inplace(names: str) -> list[str]:
-    """``"add mul"`` -> the ``aten::`` kinds of those ops and of their in-place forms."""
-    return [f"aten::{name}{suffix}" for name in names.split() for suffix in ("", "_")]
-
-
-POINTWISE_OPS = _with_inplace(
+POINTWISE_OPS = with_inplace(
     "add sub rsub mul div true_divide floor_divide remainder fmod neg pow square sqrt rsqrt reciprocal "
     "exp exp2 expm1 log log2 log10 log1p abs sign floor ceil round trunc frac "
     "sin cos tan asin acos atan atan2 sinh cosh tanh erf erfc erfinv sigmoid logit "
@@ -55,19 +50,19 @@ POINTWISE_OPS = _with_inplace(
     "shifted_chebyshev_polynomial_u shifted_chebyshev_polynomial_v shifted_chebyshev_polynomial_w sinc "
     "spherical_bessel_j0 xlog1py xlogy zeta"
 ).split()]
-REDUCTION_OPS = _with_inplace(
+REDUCTION_OPS = with_inplace(
     "sum mean nansum nanmean var std var_mean std_mean norm linalg_vector_norm frobenius_norm amax amin "
     "max min aminmax prod logsumexp cumsum cumprod all any argmax argmin count_nonzero "
     "cummax cummin logcumsumexp renorm sum_to_size trace trapezoid trapz cumulative_trapezoid allclose equal hash_tensor "
     "_weight_norm _weight_norm_interface special_logsumexp _is_all_true _is_any_true"
 )
-SOFTMAX_OPS = _with_inplace(
+SOFTMAX_OPS = with_inplace(
     "softmax log_softmax _softmax _log_softmax _safe_softmax _softmax_backward_data _log_softmax_backward_data "
     "special_softmax special_log_softmax"
 )
 ACCUMULATED_OPERAND = {
-    **{kind: "source" for kind in _with_inplace("index_add index_reduce")},
-    **{kind: "src" for kind in _with_inplace("scatter_add scatter_reduce")},
+    **{kind: "source" for kind in with_inplace("index_add index_reduce")},
+    **{kind: "src" for kind in with_inplace("scatter_add scatter_reduce")},
     "aten::_unsafe_masked_index_put_accumulate": "values",
     "aten::segment_reduce": "data",
     "aten::col2im": "self",

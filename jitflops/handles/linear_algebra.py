@@ -17,7 +17,7 @@ from ..errors import OpShapeError
 from ..records import OpRecord, TensorMeta
 from .decompositions import inverse_macs
 from .einsum import Sizes, sumproduct_pair_macs
-from .registry import FLOP_FORMULAS
+from .registry import FLOP_FORMULAS, with_inplace
 from .shapes import prod
 
 
@@ -44,10 +44,6 @@ def _checked_matmul(op: OpRecord, left: str, right: str) -> int:
         raise OpShapeError(op.kind, op.scope, str(error)) from None
 
 
-def _with_inplace(*kinds: str) -> list[str]:
-    return [form for kind in kinds for form in (kind, f"{kind}_")]
-
-
 @FLOP_FORMULAS.register("aten::matmul", "aten::mm", "aten::bmm", "aten::dot", "aten::mv", "aten::vdot", "aten::_sparse_mm", "aten::_sparse_mm_reduce_impl")
 def matmul_flops(op: OpRecord) -> int:
     """``self @ other`` (mm: ``self @ mat2``; mv: ``self @ vec``; dot, vdot: the vector product).
@@ -62,7 +58,7 @@ def matmul_flops(op: OpRecord) -> int:
     return _checked_matmul(op, "self", right)
 
 
-@FLOP_FORMULAS.register(*_with_inplace("aten::addmm", "aten::addmv", "aten::addbmm"), "aten::sparse_sampled_addmm")
+@FLOP_FORMULAS.register(*with_inplace("addmm addmv addbmm"), "aten::sparse_sampled_addmm")
 def addmm_flops(op: OpRecord) -> int:
     """``beta * self + mat1 @ mat2``: the product only (addmv: ``mat @ vec``; addbmm: summed ``batch1 @ batch2``)."""
     names = op.arg_names or ()
@@ -73,13 +69,13 @@ def addmm_flops(op: OpRecord) -> int:
     return _checked_matmul(op, "batch1", "batch2")
 
 
-@FLOP_FORMULAS.register(*_with_inplace("aten::baddbmm"))
+@FLOP_FORMULAS.register(*with_inplace("baddbmm"))
 def baddbmm_flops(op: OpRecord) -> int:
     """``beta * self + batch1 @ batch2``: the batched product only."""
     return _checked_matmul(op, "batch1", "batch2")
 
 
-@FLOP_FORMULAS.register(*_with_inplace("aten::addr"), "aten::outer", "aten::ger")
+@FLOP_FORMULAS.register(*with_inplace("addr"), "aten::outer", "aten::ger")
 def outer_flops(op: OpRecord) -> int:
     """An outer product (``addr``: added to ``self``): one multiply per output element."""
     left, right = ("vec1", "vec2") if op.has_arg("vec1") else ("self", "vec2")
@@ -251,5 +247,5 @@ def linear_cross_entropy_flops(op: OpRecord) -> int:
     """torch's chunked ``linear_cross_entropy``: the logits ``input @ linear_weight.T``, and the
     gradients it is asked to compute in the same pass (each a product of the same size)."""
     logits = prod(op.shape("input")) * op.shape("linear_weight")[0]
-    gradients = sum(bool(op.arg(name)) for name in ("compute_input_grad", "compute_linear_weight_grad") if op.has_arg(name))
+    gradients = sum(bool(op.arg_or(name, False)) for name in ("compute_input_grad", "compute_linear_weight_grad"))
     return logits * (1 + gradients)

@@ -88,6 +88,11 @@ ACTIVATION_FORMULAS = FormulaTable("activation formulas")
 """Ops whose outputs count as activations (fvcore's definition: the outputs of dot-product ops)."""
 
 
+def with_inplace(names: str) -> list[str]:
+    """``"add mul"`` -> the ``aten::`` kinds of those ops and of their in-place forms (``aten::add_``)."""
+    return [f"aten::{name}{suffix}" for name in names.split() for suffix in ("", "_")]
+
+
 def short_op_name(kind: str) -> str:
     """``aten::batch_norm`` -> ``batch_norm``; the key a number returned by a handle is counted under."""
     _, sep, rest = kind.partition("::")

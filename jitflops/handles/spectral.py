@@ -30,7 +30,7 @@ def _transformed_dims(op: OpRecord, rank: int) -> list[int]:
     """The ``dim`` argument, normalised; by default the last one (1-D), two (2-D), ``len(s)`` or all."""
     dims = op.arg("dim")
     if dims is None:
-        sizes = op.arg("s") if op.has_arg("s") else None
+        sizes = op.arg_or("s", None)
         dims = list(range(rank - len(sizes), rank)) if sizes else list(range(rank))
     elif isinstance(dims, int):
         dims = [dims]
