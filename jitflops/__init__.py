@@ -12,7 +12,9 @@ from .hierarchy import ModuleProfile, build_hierarchy
 from .op_table import OpRow
 from .parameter_count import parameter_count, parameter_count_table
 from .print_model_statistics import flop_count_str, flop_count_table
-from .profile import FlopsProfiler, ModelProfile, ProfileSummary, get_model_profile, profile_model
+from .flops_profiler import FlopsProfiler, FlopsProfilerConfig, get_model_profile, get_module_duration, get_module_flops, get_module_macs
+from .model_profile import ModelProfile, ProfileSummary
+from .profile import profile_model
 from .timing import LatencyStats, TimedPass, time_model
 
 __version__ = "0.1.0"
@@ -22,6 +24,7 @@ __all__ = [
     "DataDependentTraceWarning",
     "FlopCountAnalysis",
     "FlopsProfiler",
+    "FlopsProfilerConfig",
     "LatencyStats",
     "ModelProfile",
     "ModuleProfile",
@@ -31,6 +34,9 @@ __all__ = [
     "build_hierarchy",
     "format_model_profile",
     "get_model_profile",
+    "get_module_duration",
+    "get_module_flops",
+    "get_module_macs",
     "profile_model",
     "profile_to_dict",
     "time_model",

@@ -27,7 +27,8 @@ from .examples import all_examples
 from .export import ops_to_csv, profile_to_html, profile_to_json, spans_to_chrome_trace
 from .file_output import check_writable, write_text
 from .formatting import format_quantity, format_seconds
-from .profile import ModelProfile, profile_model
+from .model_profile import ModelProfile
+from .profile import profile_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 OP_SORT_KEYS = {
@@ -168,10 +169,10 @@ def _modules_csv(profile: ModelProfile, sort: str, top: Optional[int]) -> str:
         nodes.sort(key=key)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["module", "type", "depth", "params", "macs", "flops", "activations", "latency_median_s", "latency_iqr_s", "flops_per_second"])
+    writer.writerow(["module", "type", "depth", "params", "macs", "flops", "elementwise_flops", "activations", "latency_median_s", "latency_iqr_s", "flops_per_second"])
     for node in nodes[:top]:
         latency = node.latency
-        writer.writerow([node.name, node.type_name, node.depth, node.params, node.macs, node.flops, node.activations,
+        writer.writerow([node.name, node.type_name, node.depth, node.params, node.macs, node.flops, node.elementwise_flops, node.activations,
                          latency.median if latency else "", latency.iqr if latency else "", node.flops_per_second or ""])
     return buffer.getvalue()
 
@@ -182,12 +183,12 @@ def _ops_text(profile: ModelProfile, sort: str, top: Optional[int]) -> str:
     rows = sorted(profile.op_rows, key=OP_SORT_KEYS[sort])[:top]
     table = [
         [str(r.index), r.module or "(root)", r.op, str([list(s) if isinstance(s, (list, tuple)) else s for s in r.input_shapes if s != []])[:60],
-         format_quantity(r.flops) if r.flops is not None else "", format_seconds(r.time_s), format_quantity(r.memory_before, "B"),
+         format_quantity(r.macs) if r.macs is not None else "", format_quantity(r.flops) if r.flops is not None else "", format_seconds(r.time_s), format_quantity(r.memory_before, "B"),
          format_quantity(r.memory_after, "B"), format_quantity(r.memory_delta, "B")]
         for r in rows
     ]
-    headers = ["#", "module", "op", "input shapes", "FLOPs", "time", "mem before", "mem after", "mem delta"]
-    return pipe_table(table, headers) + f"\n\nFLOPs are 2 x MACs. Counting convention: {profile.convention}."
+    headers = ["#", "module", "op", "input shapes", "MACs", "FLOPs", "time", "mem before", "mem after", "mem delta"]
+    return pipe_table(table, headers) + f"\n\n{profile.convention}."
 
 
 def render(args: argparse.Namespace, profile: ModelProfile) -> str:
@@ -206,7 +207,7 @@ def render(args: argparse.Namespace, profile: ModelProfile) -> str:
     assert flops is not None and activations is not None  # profile_model always counts
     latency = {node.name: node.latency for node in profile.root.walk() if node.latency is not None} if args.profile else None
     if args.format == "tree":
-        return flop_count_str(flops, activations, latency=latency)
+        return flop_count_str(flops, activations, latency=latency) + f"\n\nCounting convention: {flops.convention()}"
     return flop_count_table(flops, max_depth=args.depth if args.depth is not None else 3, activations=activations, latency=latency)
 
 

@@ -1,62 +1,85 @@
-"""DeepSpeed's three-part profile printout: summary, aggregated profile per depth, detailed tree."""
+"""DeepSpeed's three-part profile printout: summary, aggregated profile per depth, detailed tree.
+
+Section titles, ``label: value`` lines (labels padded as DeepSpeed pads them) and number formats
+are DeepSpeed's, so that scripts which parse DeepSpeed's printout (``fwd latency:``,
+``fwd FLOPS per GPU = ...:``, ``data parallel size:``) read this one. Lines DeepSpeed does not have
+(measured backward MACs, MFU, timing overhead) come after DeepSpeed's in the summary.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Callable, Optional
 
-from .formatting import format_quantity, format_seconds
+from .formatting import deepspeed_flops, deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
 from .hierarchy import ModuleProfile
-from .profile import ModelProfile, ProfileSummary
+from .model_profile import ModelProfile, ProfileSummary
 
-_RULE = "-" * 30
-
-
-def _or_na(value: Optional[float], render: Callable[[float], str]) -> str:
-    return "N/A" if value is None else render(value)
-
-
-def _latency(stats) -> str:
-    if stats is None:
-        return "N/A"
-    spread = f" (IQR {format_seconds(stats.iqr)}, {len(stats.samples)} runs)" if len(stats.samples) > 1 else ""
-    return format_seconds(stats.median) + spread
+_LINE = "{:<70}  {:<8}"
+SUMMARY_TITLE = "-------------------------- DeepSpeed Flops Profiler --------------------------"
+AGGREGATED_TITLE = "----------------------------- Aggregated Profile per GPU -----------------------------"
+DETAILED_TITLE = "------------------------------ Detailed Profile per GPU ------------------------------"
+_END = "------------------------------------------------------------------------------"
 
 
-def _backward_macs(summary: ProfileSummary) -> str:
-    if summary.backward_macs is None:
-        return "N/A (not measured: 2 x fwd assumed, as DeepSpeed does)"
-    return f"{format_quantity(summary.backward_macs, 'MACs')} ({summary.backward_to_forward:.2f} x fwd; DeepSpeed assumes 2)"
+def _line(label: str, value: object) -> str:
+    return _LINE.format(label + ": ", str(value)).rstrip()
+
+
+def _seconds(value: Optional[float]) -> str:
+    return "N/A" if value is None else deepspeed_seconds(value)
+
+
+def _rate(value: Optional[float]) -> str:
+    return "N/A" if value is None else deepspeed_flops(value)
 
 
 def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str) -> list[str]:
     mp = summary.parallel.model_parallel
-    rows = [
-        ("world size", str(summary.parallel.world)),
-        ("data parallel size", str(summary.parallel.data_parallel)),
-        ("model parallel size", str(mp)),
-        ("batch size per GPU", str(summary.batch_size) if summary.batch_size is not None else "N/A"),
-        ("params per GPU", format_quantity(summary.params)),
-        ("params of model = params per GPU * mp_size", format_quantity(summary.params * mp)),
-        ("fwd MACs per GPU", format_quantity(summary.macs, "MACs")),
-        ("fwd flops per GPU", format_quantity(summary.flops)),
-        ("fwd flops of model = fwd flops per GPU * mp_size", format_quantity(summary.flops * mp)),
-        ("bwd MACs per GPU (measured)", _backward_macs(summary)),
-        ("fwd latency", _latency(summary.forward)),
-        ("bwd latency", _latency(summary.backward)),
-        ("fwd FLOPS per GPU = fwd flops per GPU / fwd latency", _or_na(summary.forward_flops_per_second, lambda v: format_quantity(v, "FLOPS"))),
-        ("bwd FLOPS per GPU = bwd flops per GPU / bwd latency" if summary.backward_macs is not None else "bwd FLOPS per GPU = 2 * fwd flops per GPU / bwd latency", _or_na(summary.backward_flops_per_second, lambda v: format_quantity(v, "FLOPS"))),
-        ("fwd+bwd FLOPS per GPU = (fwd + bwd flops) / (fwd+bwd latency)", _or_na(summary.forward_backward_flops_per_second, lambda v: format_quantity(v, "FLOPS"))),
-        ("step latency", _latency(summary.step)),
-        ("iter latency", _or_na(summary.iteration_latency, format_seconds)),
-        ("samples/second", _or_na(summary.samples_per_second, lambda v: f"{v:.2f}")),
+    forward = summary.forward.median if summary.forward else None
+    lines = [
+        _line("world size", summary.parallel.world),
+        _line("data parallel size", summary.parallel.data_parallel),
+        _line("model parallel size", mp),
+        _line("batch size per GPU", summary.batch_size if summary.batch_size is not None else "N/A"),
+        _line("params per GPU", deepspeed_params(summary.params)),
+        _line("params of model = params per GPU * mp_size", deepspeed_params(summary.params * mp)),
+        _line("fwd MACs per GPU", deepspeed_macs(summary.macs)),
+        _line("fwd flops per GPU", deepspeed_number(summary.flops)),
+        _line("fwd flops of model = fwd flops per GPU * mp_size", deepspeed_number(summary.flops * mp)),
+        _line("fwd latency", _seconds(forward)),
+        _line("fwd FLOPS per GPU = fwd flops per GPU / fwd latency", _rate(summary.forward_flops_per_second)),
     ]
+    if summary.backward is not None:
+        factor = summary.backward_factor
+        lines += [
+            _line("bwd latency", _seconds(summary.backward.median)),
+            _line(f"bwd FLOPS per GPU = {factor:.3g} * fwd flops per GPU / bwd latency", _rate(summary.backward_flops_per_second)),
+            _line(f"fwd+bwd FLOPS per GPU = {factor + 1:.3g} * fwd flops per GPU / (fwd+bwd latency)", _rate(summary.forward_backward_flops_per_second)),
+        ]
+    if summary.step is not None:
+        lines.append(_line("step latency", _seconds(summary.step.median)))
+    if summary.backward is not None:
+        lines += [
+            _line("iter latency", _seconds(summary.iteration_latency)),
+            _line(f"FLOPS per GPU = {summary.backward_factor + 1:.3g} * fwd flops per GPU / iter latency", _rate(summary.iteration_flops_per_second)),
+            _line("samples/second", "N/A" if summary.samples_per_second is None else round(summary.samples_per_second, 2)),
+        ]
+    if summary.backward_macs is not None:
+        lines.append(_line("bwd MACs per GPU (measured by jitflops)", f"{deepspeed_macs(summary.backward_macs)} = {summary.backward_factor:.3g} x fwd"))
+    lines.append(_line("forward passes profiled", summary.forwards))
+    if summary.forward is not None and len(summary.forward.samples) > 1:
+        lines.append(_line("fwd latency runs", f"median of {len(summary.forward.samples)} runs, IQR {deepspeed_seconds(summary.forward.iqr)}"))
+        if summary.forward.iqr > summary.forward.median:
+            lines.append("warning: the fwd latency's spread (IQR) is larger than its median: the machine is busy; timings are unreliable")
+    if summary.mfu is not None:
+        lines.append(_line("MFU = FLOPS per GPU / peak FLOPS per GPU", f"{100 * summary.mfu:.2f}% of {deepspeed_flops(summary.peak_flops or 0)}"))
     if summary.timing_overhead is not None:
-        rows.append(("timing overhead (fwd with hooks / without - 1)", f"{100 * summary.timing_overhead:.1f}%"))
-    width = max(len(label) for label, _ in rows) + 2
+        lines.append(_line("timing overhead (fwd with hooks / without - 1)", f"{100 * summary.timing_overhead:.1f}%"))
     header = f"Profile Summary at step {step}:" if step is not None else "Profile Summary:"
     return [
-        f"{_RULE} jitflops profile (DeepSpeed format) {_RULE}",
+        "",
+        SUMMARY_TITLE,
         header,
         "Notations:",
         "data parallel size (dp_size), model parallel size(mp_size),",
@@ -64,23 +87,20 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
         "number of floating-point operations (flops), floating-point operations per second (FLOPS),",
         "fwd latency (forward propagation latency), bwd latency (backward propagation latency),",
         "step (weights update latency), iter latency (sum of fwd, bwd and step latency)",
-        f"FLOPs are 2 x MACs, as DeepSpeed defines them. Counting convention: {convention}.",
-        f"Latency: median over timed runs on {summary.device}.",
+        f"Counted by jitflops: {convention}.",
+        f"Latency on {summary.device}: " + ("the median of the timed runs." if summary.forwards == 1 else f"the total of the {summary.forwards} forwards profiled, as the counts are."),
         "",
-    ] + [f"{label + ':':<{width}}{value}" for label, value in rows]
+    ] + lines
 
 
-def _aggregated_lines(root: ModuleProfile, module_depth: int, top_modules: int) -> list[str]:
+def format_aggregated_profile(root: ModuleProfile, module_depth: int = -1, top_modules: int = 1) -> str:
     """Top modules by params, MACs and latency at each depth, grouped by module type."""
     by_depth: dict[int, list[ModuleProfile]] = defaultdict(list)
     for node in root.walk():
         by_depth[node.depth].append(node)
     deepest = max(by_depth)
     last = deepest if module_depth < 0 else min(module_depth, deepest)
-    lines = [
-        f"{_RULE} Aggregated Profile per GPU {_RULE}",
-        "Top modules in terms of params, MACs or fwd latency at different model depths:",
-    ]
+    lines = [f"Top {top_modules} modules in terms of params, MACs or fwd latency at different model depths:"]
     for depth in range(last + 1):
         params: dict[str, int] = defaultdict(int)
         macs: dict[str, int] = defaultdict(int)
@@ -92,62 +112,62 @@ def _aggregated_lines(root: ModuleProfile, module_depth: int, top_modules: int) 
 
         def top(values: dict, render: Callable[[float], str]) -> str:
             ranked = sorted(values.items(), key=lambda item: -item[1])[:top_modules]
-            return "{" + ", ".join(f"'{name}': '{render(value)}'" for name, value in ranked) + "}"
+            return str({name: render(value) for name, value in ranked})
 
         lines += [
             f"depth {depth}:",
-            f"    params      - {top(params, format_quantity)}",
-            f"    MACs        - {top(macs, lambda v: format_quantity(v, 'MACs'))}",
-            f"    fwd latency - {top(latency, format_seconds)}",
+            f"    params      - {top(params, deepspeed_params)}",
+            f"    MACs        - {top(macs, deepspeed_macs)}",
+            f"    fwd latency - {top(latency, deepspeed_seconds)}",
         ]
-    return lines
+    return "\n".join(lines)
 
 
 def _percent(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.2f}%" if whole else "0.00%"
+    return f"{round(100 * part / whole, 2) if whole else 0:g}%"
 
 
-def _detailed_lines(root: ModuleProfile, module_depth: int) -> list[str]:
+def _detailed_lines(root: ModuleProfile, module_depth: int, peak_flops: Optional[float]) -> list[str]:
     total_latency = root.latency.median if root.latency else 0.0
 
     def describe(node: ModuleProfile) -> str:
         latency = node.latency.median if node.latency else 0.0
         rate = node.flops_per_second
-        return ", ".join(
-            [
-                format_quantity(node.params),
-                f"{_percent(node.params, root.params)} Params",
-                format_quantity(node.macs, "MACs"),
-                f"{_percent(node.macs, root.macs)} MACs",
-                format_seconds(latency),
-                f"{_percent(latency, total_latency)} latency",
-                format_quantity(rate, "FLOPS") if rate is not None else "N/A FLOPS",
-            ]
-        )
-
-    def render(node: ModuleProfile, key: str, indent: str) -> list[str]:
-        head = f"{indent}({key}): " if key else indent
-        lines = [f"{head}{node.type_name}(", f"{indent}  {describe(node)},"]
+        items = [
+            f"{deepspeed_params(node.params)} = {_percent(node.params, root.params)} Params",
+            f"{deepspeed_macs(node.macs)} = {_percent(node.macs, root.macs)} MACs",
+            f"{deepspeed_seconds(latency)} = {_percent(latency, total_latency)} latency",
+            deepspeed_flops(rate or 0),
+        ]
+        if peak_flops and rate is not None:
+            items.append(f"{100 * rate / peak_flops:.2f}% MFU")
         if node.extra_repr:
-            lines.append(f"{indent}  {node.extra_repr}")
-        if module_depth < 0 or node.depth < module_depth:
-            for child in node.children:
-                lines += render(child, child.name.rpartition(".")[2], indent + "  ")
-        lines.append(f"{indent})")
-        return lines
+            items.append(node.extra_repr)
+        return ", ".join(items)
+
+    def render(node: ModuleProfile) -> str:
+        """``nn.Module.__repr__``'s layout, with the figures as each module's extra_repr."""
+        children = node.children if module_depth < 0 or node.depth < module_depth else []
+        if not children:
+            return f"{node.type_name}({describe(node)})"
+        lines = [describe(node)] + [f"({child.name.rpartition('.')[2]}): " + render(child).replace("\n", "\n  ") for child in children]
+        return f"{node.type_name}(\n  " + "\n  ".join(lines) + "\n)"
 
     return [
-        f"{_RULE} Detailed Profile per GPU {_RULE}",
-        "Each module profile is listed after its name in the following order:",
-        "params, percentage of total params, MACs, percentage of total MACs, fwd latency, percentage of total fwd latency, fwd FLOPS",
         "",
-        "Note: 1. A module can have torch.nn.module or torch.nn.functional to compute logits (e.g. CrossEntropyLoss).",
-        "They are not counted as submodules, thus not to be printed out. However they make up the difference between",
+        DETAILED_TITLE,
+        "Each module profile is listed after its name in the following order: ",
+        "params, percentage of total params, MACs, percentage of total MACs, fwd latency, percentage of total fwd latency, fwd FLOPS"
+        + (", MFU" if peak_flops else ""),
+        "",
+        "Note: 1. A module can have torch.nn.module or torch.nn.functional to compute logits (e.g. CrossEntropyLoss). "
+        "They are not counted as submodules, thus not to be printed out. However they make up the difference between "
         "a parent's MACs (or latency) and the sum of its submodules'.",
-        "2. Number of floating-point operations is a theoretical estimation, thus FLOPS computed using that could be",
+        "2. Number of floating-point operations is a theoretical estimation, thus FLOPS computed using that could be "
         "larger than the maximum system throughput.",
         "",
-    ] + render(root, "", "")
+        render(root),
+    ]
 
 
 def format_model_profile(
@@ -156,10 +176,11 @@ def format_model_profile(
     top_modules: int = 1,
     detailed: bool = True,
 ) -> str:
-    """The profile as DeepSpeed prints it; ``module_depth`` (-1: all) and ``top_modules`` as there."""
-    lines = _summary_lines(profile.summary, profile.step, profile.convention) + [""]
-    lines += _aggregated_lines(profile.root, module_depth, top_modules)
+    """The profile as DeepSpeed prints it; ``module_depth`` (-1: all) and ``top_modules`` as there
+    (``module_depth`` also limits the detailed tree)."""
+    lines = _summary_lines(profile.summary, profile.step, profile.convention)
+    lines += ["", AGGREGATED_TITLE, format_aggregated_profile(profile.root, module_depth, top_modules)]
     if detailed:
-        lines += [""] + _detailed_lines(profile.root, module_depth)
-    lines.append("-" * 100)
+        lines += _detailed_lines(profile.root, module_depth, profile.summary.peak_flops)
+    lines.append(_END)
     return "\n".join(lines)

@@ -7,7 +7,7 @@ When ``torch.distributed`` is initialised, every rank profiles its own share of 
 * a module's latency becomes the ranks' median latencies, one sample per rank, so its ``max`` is
   the slowest rank and its ``mean`` the mean over ranks (the JSON export has both);
 * parameters stay per rank (DeepSpeed's "params per GPU"), as does the summary;
-* each rank's own profile stays available, as a JSON document, in ``ModelProfile.ranks``.
+* each rank's own profile stays available in ``ModelProfile.ranks`` (without its analyses).
 
 Only rank 0 prints profiles and writes files. Gathering is a collective call: every rank must ask
 for the same profiles (``profile_model``, ``FlopsProfiler.profile``/``print_model_profile``/
@@ -17,12 +17,12 @@ for the same profiles (``profile_model``, ``FlopsProfiler.profile``/``print_mode
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
-from typing import Any, Optional
+from typing import Optional
 
 import torch.distributed as dist
 
-from .hierarchy import ModuleProfile
+from .hierarchy import combined_trees
+from .model_profile import ModelProfile
 from .timing import LatencyStats
 
 
@@ -35,43 +35,20 @@ def is_writer() -> bool:
     return not is_distributed() or dist.get_rank() == 0
 
 
-def _module_figures(root: ModuleProfile) -> dict[str, dict[str, Any]]:
-    return {
-        node.name: {
-            "macs_by_op": dict(node.macs_by_op),
-            "elementwise_flops_by_op": dict(node.elementwise_flops_by_op),
-            "activations": node.activations,
-            "latency_median": node.latency.median if node.latency else None,
-        }
-        for node in root.walk()
-    }
+def _one_sample_per_rank(name: str, latencies: list[Optional[LatencyStats]]) -> Optional[LatencyStats]:
+    return LatencyStats(tuple(stats.median for stats in latencies if stats is not None)) if latencies and None not in latencies else None
 
 
-def _combined(node: ModuleProfile, per_rank: list[dict[str, dict[str, Any]]]) -> ModuleProfile:
-    figures = [rank[node.name] for rank in per_rank if node.name in rank]
-    medians = [f["latency_median"] for f in figures]
-    return dataclasses.replace(
-        node,
-        macs_by_op=sum((Counter(f["macs_by_op"]) for f in figures), Counter()),
-        elementwise_flops_by_op=sum((Counter(f["elementwise_flops_by_op"]) for f in figures), Counter()),
-        activations=sum(f["activations"] for f in figures),
-        latency=LatencyStats(tuple(medians)) if medians and None not in medians else None,
-        children=[_combined(child, per_rank) for child in node.children],
-    )
-
-
-def gather_profile(profile: Any) -> Any:
-    """The :class:`~jitflops.profile.ModelProfile` of all ranks together (unchanged in one process)."""
-    from .export import profile_to_dict
-
+def gather_profile(profile: ModelProfile) -> ModelProfile:
+    """The profile of all ranks together (unchanged in one process)."""
     if not is_distributed():
         return profile
-    local = {"modules": _module_figures(profile.root), "document": profile_to_dict(profile)}
-    gathered: list[Optional[dict[str, Any]]] = [None] * dist.get_world_size()
+    local = dataclasses.replace(profile, flop_analysis=None, activation_analysis=None, ranks=())
+    gathered: list[Optional[ModelProfile]] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, local)
-    per_rank = [rank["modules"] for rank in gathered if rank is not None]
+    ranks = tuple(rank for rank in gathered if rank is not None)
     return dataclasses.replace(
         profile,
-        root=_combined(profile.root, per_rank),
-        ranks=tuple(rank["document"] for rank in gathered if rank is not None),
+        root=combined_trees([(rank.root, 1) for rank in ranks], _one_sample_per_rank),
+        ranks=ranks,
     )

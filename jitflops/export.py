@@ -3,18 +3,12 @@
 Every file is written by :func:`jitflops.file_output.write_text`: atomically, through symbolic
 links, keeping the file's mode, creating missing directories, and naming the user's path on error.
 
-The JSON document (``"schema": "jitflops.profile/1"``) holds:
-
-* ``convention``: what was counted; ``summary``: the DeepSpeed summary figures (seconds, counts);
-* ``modules``: one object per module, parents before children, with ``name``, ``type``, ``depth``,
-  ``params``, ``macs``, ``flops`` (= 2 x MACs + elementwise flops), ``macs_by_op``,
-  ``elementwise_flops_by_op`` (empty unless elementwise ops were counted), ``activations``, ``called``,
-  ``latency`` (median, mean, min, max, stdev, IQR in seconds, iterations, calls per iteration;
-  null when not timed) and ``flops_per_second``;
-* ``ops``: the per-op rows (index, module, op, input_shapes, macs, flops, time_s, memory_before,
-  memory_after, memory_delta), empty unless the per-op table was asked for;
-* ``ranks``: in a multi-process run, each rank's own document (the modules above are then the
-  ranks gathered: counts summed, latency one sample per rank); empty otherwise.
+The JSON document (``"schema": "jitflops.profile/2"``) holds ``units``, what each field measures
+(:data:`UNITS`), ``convention``, what was counted, then ``summary`` (the DeepSpeed summary
+figures), ``modules`` (one object per module, parents before children), ``ops`` (the per-op rows,
+empty unless the per-op table was asked for) and ``ranks`` (in a multi-process run each rank's own
+document; the modules above are then the ranks gathered: counts summed, latency one sample per
+rank).
 """
 
 from __future__ import annotations
@@ -23,21 +17,38 @@ import csv
 import html
 import io
 import json
-from typing import Any
+from typing import Any, Optional
 
 from .file_output import write_text
 from .hierarchy import ModuleProfile
 from .op_table import OpRow
-from .profile import ModelProfile
+from .model_profile import ModelProfile
 from .timing import Span
 
-SCHEMA = "jitflops.profile/1"
+SCHEMA = "jitflops.profile/2"
+
+UNITS = {
+    "params": "parameters (elements)",
+    "macs": "multiply-accumulates: one fused multiply-add = 1 MAC (fvcore's 'flop')",
+    "flops": "floating-point operations: 2 x macs + elementwise_flops (DeepSpeed's and torch.utils.flop_counter's 'flop')",
+    "elementwise_flops": "1 per output element of an elementwise op; 0 unless elementwise ops were counted",
+    "backward_macs": "MACs of the backward pass, measured by the dispatch backend (null: not measured)",
+    "activations": "elements of the outputs of counted ops",
+    "*_latency, latency": "seconds: median_s, mean_s, min_s, max_s, stdev_s, iqr_s over iterations",
+    "time_s, *_s": "seconds",
+    "*flops_per_second": "flops per second (FLOP/s)",
+    "peak_flops": "the device's peak FLOP/s for the model's dtype",
+    "mfu": "achieved FLOP/s / peak_flops (a fraction, 0 to 1)",
+    "memory_*": "bytes",
+    "forwards": "forward calls the counts and latencies cover (totals when more than 1)",
+}
 
 
 def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
     summary = profile.summary
     return {
         "schema": SCHEMA,
+        "units": UNITS,
         "convention": profile.convention,
         "step": profile.step,
         "summary": {
@@ -47,9 +58,12 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "model_parallel_size": summary.parallel.model_parallel,
             "batch_size": summary.batch_size,
             "params": summary.params,
+            "forwards": summary.forwards,
             "macs": summary.macs,
             "flops": summary.flops,
+            "elementwise_flops": summary.elementwise_flops,
             "backward_macs": summary.backward_macs,
+            "backward_flops": summary.backward_flops if summary.backward_macs is not None else None,
             "backward_to_forward": summary.backward_to_forward,
             "forward_latency": summary.forward.as_dict() if summary.forward else None,
             "backward_latency": summary.backward.as_dict() if summary.backward else None,
@@ -60,14 +74,16 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "forward_backward_flops_per_second": summary.forward_backward_flops_per_second,
             "samples_per_second": summary.samples_per_second,
             "timing_overhead": summary.timing_overhead,
+            "peak_flops": summary.peak_flops,
+            "mfu": summary.mfu,
         },
-        "modules": [_module_to_dict(node) for node in profile.root.walk()],
+        "modules": [_module_to_dict(node, summary.peak_flops) for node in profile.root.walk()],
         "ops": [row.as_dict() for row in profile.op_rows],
-        "ranks": list(profile.ranks),
+        "ranks": [profile_to_dict(rank) for rank in profile.ranks],
     }
 
 
-def _module_to_dict(node: ModuleProfile) -> dict[str, Any]:
+def _module_to_dict(node: ModuleProfile, peak_flops: Optional[float]) -> dict[str, Any]:
     return {
         "name": node.name,
         "type": node.type_name,
@@ -75,12 +91,14 @@ def _module_to_dict(node: ModuleProfile) -> dict[str, Any]:
         "params": node.params,
         "macs": node.macs,
         "flops": node.flops,
+        "elementwise_flops": node.elementwise_flops,
         "macs_by_op": dict(node.macs_by_op),
         "elementwise_flops_by_op": dict(node.elementwise_flops_by_op),
         "activations": node.activations,
         "called": node.called,
         "latency": node.latency.as_dict() if node.latency else None,
         "flops_per_second": node.flops_per_second,
+        "mfu": node.flops_per_second / peak_flops if node.flops_per_second is not None and peak_flops else None,
     }
 
 
@@ -88,7 +106,7 @@ def profile_to_json(profile: ModelProfile) -> str:
     return json.dumps(profile_to_dict(profile), indent=2)
 
 
-OP_COLUMNS = ("index", "module", "op", "input_shapes", "macs", "flops", "time_s", "memory_before", "memory_after", "memory_delta")
+OP_COLUMNS = ("index", "module", "op", "input_shapes", "macs", "flops", "elementwise_flops", "time_s", "memory_before", "memory_after", "memory_delta")
 
 
 def ops_to_csv(rows: tuple[OpRow, ...] | list[OpRow]) -> str:
@@ -177,9 +195,9 @@ def profile_to_html(profile: ModelProfile, colour_by: str = "flops_per_second") 
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>jitflops profile</title>"
         "<style>body{font-family:sans-serif;margin:16px} svg text{pointer-events:none}</style></head><body>"
-        f"<h2>{html.escape(root.type_name)}: {summary.flops / 1e9:.3f} GFLOPs, {summary.params / 1e6:.2f} M params</h2>"
+        f"<h2>{html.escape(root.type_name)}: {summary.macs:,} MACs, {summary.flops:,} FLOPs, {summary.params:,} params</h2>"
         f"<p>Box width: share of the parent's FLOPs. Colour (yellow to red): {legend}. "
-        f"Counting convention: {html.escape(profile.convention)}. FLOPs are 2 x MACs.</p>"
+        f"Counting convention: {html.escape(profile.convention)}.</p>"
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{depth * row_height:.0f}">{"".join(boxes)}</svg>'
         "</body></html>"
     )

@@ -65,7 +65,7 @@ class FlopCountAnalysis(JitModelAnalysis):
             if self._elementwise
             else "elementwise ops (arithmetic, activation functions, softmax) not counted (elementwise=True counts them)"
         )
-        return f"1 fused multiply-add = 1 flop; bias adds not counted; {elementwise}"
+        return f"1 fused multiply-add = 1 flop (fvcore's convention: #flops here are MACs; JSON, CSV, op table and DeepSpeed outputs give flops = 2 x MACs); bias adds not counted; {elementwise}"
 
 
 def flop_count(

@@ -29,3 +29,32 @@ def format_seconds(seconds: float, precision: int = 2) -> str:
         if abs(seconds) >= scale:
             return f"{seconds / scale:.{precision}f} {suffix}"
     return f"{seconds / 1e-6:.{precision}f} us"
+
+
+def deepspeed_number(num: float, precision: int = 2) -> str:
+    """DeepSpeed's ``number_to_string``: ``3.7312e9 -> '3.73 G'``, ``38.6e6 -> '38.6 M'``, ``16 -> '16 '``.
+
+    The ``deepspeed_*`` formats reproduce DeepSpeed's strings exactly, so that scripts which parse
+    DeepSpeed's printout and ``as_string=True`` results keep working.
+    """
+    steps = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"), (1.0, ""), (1e-3, "m"))
+    magnitude, units = next(((m, u) for m, u in steps if num >= m or (m == 1.0 and num == 0)), (1e-6, "u"))
+    return f"{round(num / magnitude, precision):g} {units}"
+
+
+def deepspeed_params(num: float) -> str:
+    """``38_600_000 -> '38.6 M'``; billions are ``B``."""
+    return deepspeed_number(num).replace("G", "B").strip()
+
+
+def deepspeed_macs(num: float) -> str:
+    return deepspeed_number(num) + "MACs"
+
+
+def deepspeed_flops(num: float) -> str:
+    """FLOPs or FLOP/s with DeepSpeed's unit: ``'1.23 GFLOPS'``."""
+    return deepspeed_number(num) + "FLOPS"
+
+
+def deepspeed_seconds(seconds: float) -> str:
+    return deepspeed_number(seconds) + "s"

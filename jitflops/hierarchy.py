@@ -7,10 +7,11 @@ shared module) appears once, under its canonical name.
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 from torch import nn
 
@@ -45,8 +46,12 @@ class ModuleProfile:
         return sum(self.macs_by_op.values())
 
     @property
+    def elementwise_flops(self) -> int:
+        return sum(self.elementwise_flops_by_op.values())
+
+    @property
     def flops(self) -> int:
-        return 2 * self.macs + sum(self.elementwise_flops_by_op.values())
+        return 2 * self.macs + self.elementwise_flops
 
     @property
     def flops_per_second(self) -> Optional[float]:
@@ -82,25 +87,35 @@ def _subtract(latency: Optional[LatencyStats], removed: Optional[LatencyStats]) 
     return LatencyStats(tuple(max(0.0, a - b) for a, b in zip(latency.samples, removed.samples)), latency.calls_per_iteration)
 
 
-def _remove_ignored(node: ModuleProfile, ignored: tuple[type, ...], type_of: dict[str, type], ancestors: list[ModuleProfile]) -> None:
-    """Drop modules of the ignored types, and take their cost out of every ancestor."""
-    kept = []
-    for child in node.children:
-        if issubclass(type_of[child.name], ignored):
-            for ancestor in ancestors + [node]:
-                ancestor.macs_by_op = +(ancestor.macs_by_op - child.macs_by_op)
-                ancestor.elementwise_flops_by_op = +(ancestor.elementwise_flops_by_op - child.elementwise_flops_by_op)
-                ancestor.activations -= child.activations
-                ancestor.latency = _subtract(ancestor.latency, child.latency)
-        else:
-            _remove_ignored(child, ignored, type_of, ancestors + [node])
-            kept.append(child)
-    node.children = kept
+def remove_module_types(root: ModuleProfile, model: nn.Module, ignored: Sequence[type]) -> ModuleProfile:
+    """Drop modules of the ignored types from the tree (in place), and take their cost (MACs,
+    activations, latency) out of every ancestor. Parameters stay: they are still in the model."""
+    aliases = module_aliases(model)
+    type_of = {name: type(module) for module, name in aliases.items() if isinstance(module, nn.Module)}
+    types = tuple(ignored)
+
+    def remove(node: ModuleProfile, ancestors: list[ModuleProfile]) -> None:
+        kept = []
+        for child in node.children:
+            if issubclass(type_of[child.name], types):
+                for ancestor in ancestors + [node]:
+                    ancestor.macs_by_op = +(ancestor.macs_by_op - child.macs_by_op)
+                    ancestor.elementwise_flops_by_op = +(ancestor.elementwise_flops_by_op - child.elementwise_flops_by_op)
+                    ancestor.activations -= child.activations
+                    ancestor.latency = _subtract(ancestor.latency, child.latency)
+            else:
+                remove(child, ancestors + [node])
+                kept.append(child)
+        node.children = kept
+
+    if types:
+        remove(root, [])
+    return root
 
 
 def build_hierarchy(
     model: nn.Module,
-    flops: FlopCountAnalysis,
+    flops: Optional[FlopCountAnalysis],
     activations: Optional[ActivationCountAnalysis] = None,
     latency: Optional[Mapping[str, LatencyStats]] = None,
     ignore_modules: Sequence[type] = (),
@@ -108,19 +123,18 @@ def build_hierarchy(
     """The model's module tree with counts and latency (seconds per canonical module name) attached.
 
     Modules of a type in ``ignore_modules`` are left out and their MACs, activations and latency
-    are removed from their ancestors too (parameters stay: they are still in the model).
+    are removed from their ancestors too (parameters stay: they are still in the model). Without
+    ``flops`` the tree has the model's modules and parameters, nothing counted and nothing called.
     """
     aliases = module_aliases(model)
     params = parameter_count(model)
-    macs = flops.by_module_and_operator()
+    macs = flops.by_module_and_operator() if flops is not None else {}
     acts = activations.by_module(emit_warnings=False) if activations is not None else Counter()
-    uncalled = flops.uncalled_modules(emit_warnings=False)
+    uncalled = flops.uncalled_modules(emit_warnings=False) if flops is not None else None
     latency = latency or {}
-    type_of: dict[str, type] = {}
     elementwise_keys = {short_op_name(kind) for kind in ELEMENTWISE_FLOP_FORMULAS.kinds()}
 
     def build(module: nn.Module, name: str, depth: int) -> ModuleProfile:
-        type_of[name] = type(module)
         node = ModuleProfile(
             name=name,
             type_name=type(module).__name__,
@@ -130,18 +144,42 @@ def build_hierarchy(
             elementwise_flops_by_op=Counter({op: n for op, n in macs.get(name, {}).items() if op in elementwise_keys}),
             activations=acts.get(name, 0),
             latency=latency.get(name),
-            called=name not in uncalled,
+            called=uncalled is not None and name not in uncalled,
             extra_repr=module.extra_repr(),
         )
         for key, child in module.named_children():
             child_name = f"{name}.{key}" if name else key
             if aliases[child] == child_name:  # shared modules live under their canonical name only
                 node.children.append(build(child, child_name, depth + 1))
-        if node.latency is None and name in uncalled:
+        if node.latency is None:  # never called itself (a ModuleList) or not timed
             node.latency = _sum_of_children(node.children)
         return node
 
-    root = build(model, "", 0)
-    if ignore_modules:
-        _remove_ignored(root, tuple(ignore_modules), type_of, [])
-    return root
+    return remove_module_types(build(model, "", 0), model, ignore_modules)
+
+
+def combined_trees(
+    trees: Sequence[tuple[ModuleProfile, int]],
+    latency_of: Callable[[str, list[Optional[LatencyStats]]], Optional[LatencyStats]],
+) -> ModuleProfile:
+    """One tree from several profiles of the same model: counts summed (each tree's times its
+    weight: how many forwards it stands for), a module called if it was called in any, and its
+    latency made by ``latency_of(name, the trees' latencies)`` (a container's, if that gives
+    none, its children's added up)."""
+
+    indexes = [({other.name: other for other in tree.walk()}, weight) for tree, weight in trees]
+
+    def merge(node: ModuleProfile) -> ModuleProfile:
+        same = [(index[node.name], weight) for index, weight in indexes if node.name in index]
+        children = [merge(child) for child in node.children]
+        return dataclasses.replace(
+            node,
+            macs_by_op=sum((Counter({op: n * weight for op, n in other.macs_by_op.items()}) for other, weight in same), Counter()),
+            elementwise_flops_by_op=sum((Counter({op: n * weight for op, n in other.elementwise_flops_by_op.items()}) for other, weight in same), Counter()),
+            activations=sum(other.activations * weight for other, weight in same),
+            called=any(other.called for other, _ in same),
+            latency=latency_of(node.name, [other.latency for other, _ in same]) or _sum_of_children(children),
+            children=children,
+        )
+
+    return merge(trees[0][0])

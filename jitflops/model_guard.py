@@ -192,7 +192,11 @@ class ModelSnapshot:
             return True
         if saved.value is None:
             return False
-        tensor.copy_(saved.value)  # also where the version did not move: batch norm's kernels and ``.data`` write without bumping it
+        # Batch norm's kernels and ``.data`` write without bumping the version: compare the values.
+        # Copy only where they changed: a copy bumps the version, which would break a backward
+        # pass that saved this tensor (the profiler counts inside a training step's forward).
+        if tensor._version != saved.version or not torch.equal(tensor, saved.value):
+            tensor.copy_(saved.value)
         return True
 
 

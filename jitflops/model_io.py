@@ -9,7 +9,9 @@ rebuilds the call around the non-tensor leaves, and returns the tensor leaves of
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -54,8 +56,46 @@ class ModelCall:
     def tensors(self) -> list[torch.Tensor]:
         return [leaf for leaf in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(leaf, torch.Tensor)]
 
+    @functools.cached_property
+    def _stateful_leaves(self) -> frozenset[int]:
+        leaves = pytree.tree_leaves((self.args, self.kwargs))
+        return frozenset(i for i, leaf in enumerate(leaves) if is_stateful(leaf))
+
+    def fresh(self) -> "ModelCall":
+        """This call with copies of the objects that hold tensors: a generation cache grows in
+        place as the forward runs, and every run of ours must see it as the user gave it."""
+        if not self._stateful_leaves:
+            return self
+        leaves, spec = pytree.tree_flatten((self.args, self.kwargs))
+        args, kwargs = pytree.tree_unflatten([copy.deepcopy(leaf) if i in self._stateful_leaves else leaf for i, leaf in enumerate(leaves)], spec)
+        return ModelCall(args, kwargs)
+
     def run(self, model: nn.Module) -> Any:
-        return model(*self.args, **self.kwargs)
+        call = self.fresh()
+        return model(*call.args, **call.kwargs)
+
+
+def is_stateful(leaf: Any) -> bool:
+    """An object that a forward may change in place, such as a generation cache (empty at first):
+    an instance with attributes, other than a tensor, a module or a function."""
+    return hasattr(leaf, "__dict__") and not isinstance(leaf, (torch.Tensor, nn.Module, type)) and not callable(leaf)
+
+
+def tensors_inside(value: Any, depth: int = 3) -> list[torch.Tensor]:
+    """Tensors held by an object the pytree does not open (a generation cache), a few levels deep."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth == 0:
+        return []
+    if isinstance(value, Mapping):
+        children: Any = list(value.values())
+    elif isinstance(value, (list, tuple)):
+        children = value
+    elif hasattr(value, "__dict__") and not isinstance(value, (type, nn.Module)):
+        children = list(vars(value).values())
+    else:
+        return []
+    return [tensor for child in children for tensor in tensors_inside(child, depth - 1)]
 
 
 def tensor_leaves(value: Any) -> tuple[torch.Tensor, ...]:
@@ -83,6 +123,7 @@ class FlatCall(nn.Module):
         super().__init__()
         self.model = model
         self._around_model = around_model
+        self._call = call
         self._leaves, self._spec = pytree.tree_flatten((call.args, call.kwargs))
         self._tensor_positions = [i for i, leaf in enumerate(self._leaves) if isinstance(leaf, torch.Tensor)]
 
@@ -91,7 +132,8 @@ class FlatCall(nn.Module):
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Arguments after the call's own tensors are ignored: a tracer may pass the module's state there."""
-        leaves = list(self._leaves)
+        call = self._call.fresh()
+        leaves = pytree.tree_leaves((call.args, call.kwargs))
         for position, tensor in zip(self._tensor_positions, tensors):
             leaves[position] = tensor
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)

@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from .jit_analysis import OpCount
 from .records import FORWARD
-from .handles import FLOP_FORMULAS, Handle, ShapeFormula
+from .handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, Handle, ShapeFormula
 from .model_guard import preserved
 from .running_module import failures_named, hookable_modules
 from .model_io import ModelCall
@@ -33,7 +33,8 @@ MODULE_RANGE_PREFIX = "jitflops.module:"
 
 @dataclass(frozen=True)
 class OpRow:
-    """One executed top-level op. MACs as counted by the analysis (None: not a counted op).
+    """One executed top-level op. MACs as counted by the analysis (None: not a counted op), and
+    the flops of elementwise ops (counted with ``elementwise=True``), which are not MACs.
     Memory in bytes allocated just before and just after the op (allocations minus frees, all ops
     and tensors included): relative to the start of the forward on the CPU, absolute on a GPU."""
 
@@ -45,10 +46,11 @@ class OpRow:
     time_s: float
     memory_before: int
     memory_after: int
+    elementwise_flops: float = 0
 
     @property
     def flops(self) -> Optional[float]:
-        return None if self.macs is None else 2 * self.macs
+        return None if self.macs is None else 2 * self.macs + self.elementwise_flops
 
     @property
     def memory_delta(self) -> int:
@@ -62,6 +64,7 @@ class OpRow:
             "input_shapes": [list(shape) if isinstance(shape, (list, tuple)) else shape for shape in self.input_shapes],
             "macs": self.macs,
             "flops": self.flops,
+            "elementwise_flops": self.elementwise_flops,
             "time_s": self.time_s,
             "memory_before": self.memory_before,
             "memory_after": self.memory_after,
@@ -111,26 +114,29 @@ def _family(kind: str, handle: Optional[Handle], formulas: Mapping[str, ShapeFor
     return formula.compute if formula is not None else kind
 
 
-def _match_counts(rows: list[tuple[str, list[str]]], op_counts: tuple[OpCount, ...]) -> list[Optional[float]]:
-    """For each row, the count of the next unmatched counted op of the same family in that module.
+def _match_counts(rows: list[tuple[str, list[str]]], op_counts: tuple[OpCount, ...]) -> list[tuple[Optional[float], float]]:
+    """For each row, the count of the next unmatched counted op of the same family in that module,
+    as (MACs, elementwise flops).
 
     A row is a module and the names of a top-level op and of the ops it ran, outermost first: the
     op itself matches when it was counted as such (the JIT's ``aten::linear``), otherwise the ops it
     ran (the dispatch backend's ``aten::addmm`` under ``aten::linear``) are matched and added up.
     """
-    formulas = FLOP_FORMULAS.handles()
-    pending: dict[tuple[str, object], deque[float]] = defaultdict(deque)
+    formulas = FLOP_FORMULAS.handles() | ELEMENTWISE_FLOP_FORMULAS.handles()
+    elementwise = ELEMENTWISE_FLOP_FORMULAS.kinds()
+    pending: dict[tuple[str, object], deque[tuple[float, float]]] = defaultdict(deque)
     for count in op_counts:
         if count.phase == FORWARD:
-            pending[(count.module, _family(count.kind, count.handle, formulas))].append(count.count)
-    matched: list[Optional[float]] = []
+            split = (0.0, count.count) if count.kind in elementwise else (count.count, 0.0)
+            pending[(count.module, _family(count.kind, count.handle, formulas))].append(split)
+    matched: list[tuple[Optional[float], float]] = []
     for module, (op, *inner_ops) in rows:
         queue = pending.get((module, _family(op, None, formulas)))
         if queue:
             matched.append(queue.popleft())
             continue
         inner = [pending[key].popleft() for key in ((module, _family(name, None, formulas)) for name in inner_ops) if pending.get(key)]
-        matched.append(sum(inner) if inner else None)
+        matched.append((sum(m for m, _ in inner), sum(e for _, e in inner)) if inner else (None, 0.0))
     return matched
 
 
@@ -169,9 +175,9 @@ def op_table(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], 
     running = list(itertools.accumulate((delta for _, delta in memory_events), initial=start_memory))
     counts = _match_counts([(module, [event.name, *_descendant_names(event)]) for event, module in ops], op_counts)
     rows = []
-    for index, ((event, module), macs) in enumerate(zip(ops, counts)):
+    for index, ((event, module), (macs, elementwise_flops)) in enumerate(zip(ops, counts)):
         seconds = (event.device_time_total if device.type == "cuda" else event.cpu_time_total) / 1e6
         before = running[bisect.bisect_left(times, event.time_range.start)]
         after = running[bisect.bisect_right(times, event.time_range.end)]
-        rows.append(OpRow(index, module, event.name, tuple(event.input_shapes), macs, seconds, before, after))
+        rows.append(OpRow(index, module, event.name, tuple(event.input_shapes), macs, seconds, before, after, elementwise_flops))
     return rows

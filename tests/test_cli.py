@@ -64,7 +64,7 @@ def test_profile_mode_with_trace_and_html(tmp_path):
     trace, page, report = tmp_path / "trace.json", tmp_path / "report.html", tmp_path / "profile.txt"
     jitflops("--example", "convnet", "--profile", "--repeats", "3", "--trace", str(trace), "--html", str(page), "--output", str(report), "--quiet")
     text = report.read_text()
-    assert "Aggregated Profile per GPU" in text and "fwd latency:" in text and "3 runs)" in text
+    assert "Aggregated Profile per GPU" in text and "fwd latency:" in text and "median of 3 runs" in text
     assert any(e.get("name") == "stem.0" for e in json.loads(trace.read_text())["traceEvents"])
     assert "<svg" in page.read_text()
 

@@ -70,7 +70,7 @@ def test_get_model_profile_returns_deepspeed_figures(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "fwd MACs per GPU:" in printed and "Detailed Profile per GPU" in printed
     as_text = get_model_profile(model, args=[torch.randn(1, 3, 8, 8)], print_profile=True, output_file=str(tmp_path / "p.txt"))
-    assert as_text[2] == "5.51 K" and as_text[1].endswith("MACs") and (tmp_path / "p.txt").read_text().startswith("-" * 30)
+    assert as_text[2] == "5.51 K" and as_text[1].endswith("MACs") and (tmp_path / "p.txt").read_text().lstrip().startswith("-" * 26)
 
 
 def test_printout_depths_and_top_modules():
@@ -83,7 +83,7 @@ def test_printout_depths_and_top_modules():
     assert re.search(r"depth 1:\n    params      - \{'ModuleList': '[^']+', 'Embedding': '[^']+'\}", aggregated)
     shallow = format_model_profile(profile, module_depth=1, top_modules=1, detailed=True)
     assert "depth 2:" not in shallow and "(0): TransformerBlock(" not in shallow and "(blocks): ModuleList(" in shallow
-    assert "FLOPs are 2 x MACs" in shallow
+    assert "flops = 2 x macs + elementwise_flops" in shallow
 
 
 def _train(model, optimizer, steps, profiler=None, profile_step=1, raise_at=None):
@@ -117,7 +117,9 @@ def test_training_loop_profile_measures_backward_and_step():
     expected_backward = FlopCountAnalysis(model, IDS, backend="dispatch", backward=True).by_phase()["backward"]
     assert summary.backward_macs == expected_backward and summary.backward_to_forward == 2.0  # every product and norm needs both gradients
     assert summary.backward_flops_per_second == pytest.approx(2 * expected_backward / summary.backward.median)
-    assert f"({summary.backward_to_forward:.2f} x fwd; DeepSpeed assumes 2)" in format_model_profile(profiler.profile(1))
+    printed = format_model_profile(profiler.profile(1))
+    assert re.search(r"^bwd MACs per GPU \(measured by jitflops\): +[\d.]+ [KMG]?MACs = 2 x fwd$", printed, re.M)
+    assert re.search(r"^bwd FLOPS per GPU = 2 \* fwd flops per GPU / bwd latency: +[\d.]+ [KMG]?FLOPS$", printed, re.M)
     profiler.end_profile()
     assert profile_model(model, IDS, repeats=1, backward=True).summary.backward_macs == expected_backward
 
@@ -131,8 +133,7 @@ def test_profiling_twice_does_not_double_and_reset_clears():
     _train(model, optimizer, steps=2, profiler=profiler, profile_step=1)
     assert profiler.get_total_flops() == first
     profiler.reset_profile()
-    with pytest.raises(RuntimeError, match="no forward pass was profiled"):
-        profiler.get_total_flops()
+    assert profiler.get_total_flops() == profiler.get_total_macs() == 0 and profiler.get_total_duration() == 0.0
     profiler.end_profile()
 
 

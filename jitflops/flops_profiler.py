@@ -1,0 +1,618 @@
+"""DeepSpeed's Flops Profiler API, counting by trace: ``FlopsProfiler`` and ``get_model_profile``.
+
+A DeepSpeed user switches by changing the import. What is kept from DeepSpeed:
+
+* every forward between :meth:`FlopsProfiler.start_profile` and the printout is counted (counts
+  and latencies are totals over them, as DeepSpeed's are); each distinct call signature (shapes,
+  dtypes, structure) is traced once and counted as often as it ran;
+* the per-module figures DeepSpeed users read during a profile: ``module.__flops__``,
+  ``__macs__`` (the module's own, without its children's), ``__params__``, ``__duration__``, and
+  :func:`get_module_flops`, :func:`get_module_macs`, :func:`get_module_duration`; all removed by
+  :meth:`FlopsProfiler.end_profile`;
+* ``ds_engine`` (its parallel sizes and micro-batch size), ``recompute_fwd_factor``, the
+  ``flops_profiler`` section of a DeepSpeed config (:meth:`FlopsProfiler.from_config`);
+* ``get_model_profile`` in eval mode (the model's modes are restored after), ``mode="generate"``,
+  ``input_shape`` in the model's dtype and device, ``as_string`` in DeepSpeed's format.
+
+What differs: the backward pass is timed by autograd hooks and its MACs are measured, not assumed
+to be twice the forward's; FLOPs are ``2 x MACs`` (+ elementwise flops with ``elementwise=True``).
+A schedule in ``torch.profiler``'s terms keeps a profile every N steps of a long job.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Hashable, Iterator, Mapping, Optional, Sequence, Union
+
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.profiler import ProfilerAction
+from torch.utils import _pytree as pytree
+
+from .deepspeed_report import format_aggregated_profile, format_model_profile
+from .distributed import gather_profile, is_writer
+from .errors import JitflopsError
+from .file_output import write_text
+from .formatting import deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
+from .hierarchy import ModuleProfile, build_hierarchy, combined_trees, remove_module_types
+from .jit_analysis import module_aliases
+from .model_io import ModelCall, is_stateful, tensor_leaves, tensors_inside
+from .model_profile import ModelProfile, ParallelSizes, ProfileSummary, profile_convention
+from .profile import count_model, measure_backward_macs, profile_model
+from .timing import Clock, LatencyCollector, LatencyStats, ModuleCallRecorder, clock_for
+
+logger = logging.getLogger(__name__)
+
+Schedule = Callable[[int], ProfilerAction]
+"""``torch.profiler.schedule(...)``: the action for each step number."""
+
+MODULE_ATTRIBUTES = ("__flops__", "__macs__", "__params__", "__duration__")
+
+
+@dataclass(frozen=True)
+class FlopsProfilerConfig:
+    """The ``flops_profiler`` section of a DeepSpeed config, with DeepSpeed's defaults."""
+
+    enabled: bool = False
+    recompute_fwd_factor: float = 0.0
+    profile_step: int = 1
+    module_depth: int = -1
+    top_modules: int = 1
+    detailed: bool = True
+    output_file: Optional[str] = None
+
+    @classmethod
+    def from_deepspeed(cls, config: Union[Mapping[str, Any], str, os.PathLike]) -> "FlopsProfilerConfig":
+        """From a whole DeepSpeed config (dict or JSON file) or just its ``flops_profiler`` section.
+        Unknown keys are ignored, as DeepSpeed ignores them, with a warning naming the closest key."""
+        if not isinstance(config, Mapping):
+            with open(config, encoding="utf-8") as file:
+                config = json.load(file)
+        known = [f.name for f in fields(cls)]
+        section = config["flops_profiler"] if "flops_profiler" in config else config if set(config) & set(known) else {}
+        for key in section:
+            if key not in known:  # DeepSpeed ignores it silently; a typo should not go unnoticed
+                close = [name for name in known if key in name] or difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+                warnings.warn(f"unknown key {key!r} in the flops_profiler config is ignored, as DeepSpeed ignores it; {hint}", stacklevel=3)
+        return cls(**{key: value for key, value in section.items() if key in known})
+
+
+def _leaf_signature(leaf: Any) -> Hashable:
+    if isinstance(leaf, torch.Tensor):
+        return ("tensor", tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.requires_grad)
+    if is_stateful(leaf):  # a generation cache: the same object at every step, holding more each time
+        return (type(leaf), tuple(tuple(t.shape) for t in tensors_inside(leaf)))
+    try:
+        return (type(leaf), hash(leaf), leaf)
+    except TypeError:
+        return (type(leaf), id(leaf))
+
+
+def call_signature(call: ModelCall) -> Hashable:
+    """What a count depends on: the call's structure, tensor shapes and dtypes, other values, and
+    the shapes of tensors inside objects such as a generation cache."""
+    leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
+    return (str(spec), tuple(_leaf_signature(leaf) for leaf in leaves))
+
+
+@dataclass
+class _CountedCall:
+    """One distinct call signature: its counts (a tree without latency) and how often it ran."""
+
+    call: ModelCall
+    tree: ModuleProfile
+    forwards: int = 0
+    backward_macs: Optional[int] = None
+
+
+class _TrainingStepHooks:
+    """Times a training step: module calls, the backward pass and the optimizer step, and hands
+    each forward to the profiler: ``on_call`` as it starts (what it returns is handed to
+    ``on_forward`` when the forward has finished).
+
+    Backward starts when the gradient reaches the forward's output and ends when every parameter's
+    gradient is computed (a multi-grad hook); the optimizer step is bracketed by optimizer step
+    hooks, kept only for optimizers that update this model's parameters.
+    """
+
+    def __init__(self, model: nn.Module, clock: Clock, names: Mapping[nn.Module, str], on_call: Callable[[ModelCall], Any], on_forward: Callable[[Any], None]) -> None:
+        self.model = model
+        self.clock = clock
+        self.recorder = ModuleCallRecorder(clock, names)
+        self.modules = LatencyCollector()
+        self.backward: list[float] = []
+        self.step: list[float] = []
+        self.paused = False
+        self._on_call = on_call
+        self._on_forward = on_forward
+        self._calls: list[Any] = []
+        self._handles: list[Any] = []
+        self._backward_start: Optional[Any] = None
+        self._step_start: Optional[Any] = None
+        self._parameters = {id(p) for p in model.parameters()}
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._handles)
+
+    def install(self) -> None:
+        self._handles = self.recorder.install(self.model)
+        self._handles.append(self.model.register_forward_pre_hook(self._capture_inputs, with_kwargs=True, prepend=True))
+        self._handles.append(self.model.register_forward_hook(self._forward_done))
+        self._handles.append(register_optimizer_step_pre_hook(self._step_begins))
+        self._handles.append(register_optimizer_step_post_hook(self._step_ends))
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    @contextmanager
+    def pausing(self) -> Iterator[None]:
+        """Runs of the model in here (the profiler's own traces) are neither timed nor counted."""
+        paused, self.paused = self.paused, True
+        try:
+            yield
+        finally:
+            self.paused = paused
+
+    def _capture_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if not self.paused:
+            self._calls.append(self._on_call(ModelCall(tuple(args), dict(kwargs))))
+
+    def _forward_done(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.paused or not self._calls:
+            self.recorder.marks.clear()
+            return
+        self.modules.add_iteration(self.recorder.take_iteration())
+        outputs = [t for t in tensor_leaves(output) if t.grad_fn is not None]
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        if outputs and parameters:
+            self._handles.append(outputs[0].grad_fn.register_prehook(self._backward_begins))
+            self._handles.append(torch.autograd.graph.register_multi_grad_hook(parameters, self._backward_ends, mode="all"))
+        started = self._calls.pop()
+        with self.pausing():
+            self._on_forward(started)
+
+    def _backward_begins(self, grad_outputs: Any) -> None:
+        if self._backward_start is None:
+            self._backward_start = self.clock.mark()
+
+    def _backward_ends(self, grads: Any) -> None:
+        if self._backward_start is not None:
+            end = self.clock.mark()
+            self.clock.synchronize()
+            self.backward.append(self.clock.seconds_between(self._backward_start, end))
+            self._backward_start = None
+
+    def _updates_this_model(self, optimizer: torch.optim.Optimizer) -> bool:
+        return any(id(p) in self._parameters for group in optimizer.param_groups for p in group["params"])
+
+    def _step_begins(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._updates_this_model(optimizer) and not self.paused:
+            self._step_start = self.clock.mark()
+
+    def _step_ends(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._step_start is not None and self._updates_this_model(optimizer):
+            end = self.clock.mark()
+            self.clock.synchronize()
+            self.step.append(self.clock.seconds_between(self._step_start, end))
+            self._step_start = None
+
+
+def _total(stats: LatencyStats) -> LatencyStats:
+    """The time of every forward of a profile together: one sample, DeepSpeed's ``__duration__``."""
+    return LatencyStats((sum(stats.samples),), stats.calls_per_iteration)
+
+
+class FlopsProfiler:
+    """DeepSpeed's training-loop profiler, counting by trace.
+
+    >>> prof = FlopsProfiler(model)
+    >>> for step, batch in enumerate(loader):
+    ...     if step == profile_step:
+    ...         prof.start_profile()
+    ...     loss = model(batch).sum(); loss.backward(); optimizer.step()
+    ...     if step == profile_step:
+    ...         prof.print_model_profile(profile_step=step)
+    ...         prof.end_profile()
+
+    Or with a schedule, which starts, prints (``on_ready``) and ends profiles by itself:
+
+    >>> with FlopsProfiler(model, schedule=torch.profiler.schedule(wait=99, warmup=0, active=1), on_ready=keep) as prof:
+    ...     for batch in loader:
+    ...         train_step(batch); prof.step()
+
+    ``measure_backward``: count the backward pass's MACs (dispatch backend, once per call
+    signature, only when a backward pass was seen) instead of assuming ``2 + recompute_fwd_factor``
+    times the forward. ``peak_flops``: the device's peak FLOP/s, for MFU.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        ds_engine: Any = None,
+        recompute_fwd_factor: float = 0.0,
+        *,
+        model_parallel_size: int = 1,
+        measure_backward: bool = True,
+        elementwise: bool = False,
+        peak_flops: Optional[float] = None,
+        schedule: Optional[Schedule] = None,
+        on_ready: Optional[Callable[[ModelProfile], None]] = None,
+    ) -> None:
+        self.model = model
+        self.ds_engine = ds_engine
+        self.recompute_fwd_factor = recompute_fwd_factor
+        self.model_parallel_size = model_parallel_size
+        self.measure_backward = measure_backward
+        self.elementwise = elementwise
+        self.peak_flops = peak_flops
+        self.schedule = schedule
+        self.on_ready = on_ready or (lambda profile: self._print(profile))
+        self.ignore_modules: tuple[type, ...] = ()
+        self.started = False
+        self.step_num = 0
+        self.flops: Optional[int] = None
+        self.macs: Optional[int] = None
+        self.params: Optional[int] = None
+        self._hooks: Optional[_TrainingStepHooks] = None
+        self._counted: dict[Hashable, _CountedCall] = {}
+        self._inclusive: dict[str, tuple[int, int]] = {}  # module -> (MACs, FLOPs) of every forward so far
+        self._names = module_aliases(model)
+
+    @classmethod
+    def from_config(cls, model: nn.Module, config: Union[Mapping[str, Any], str, os.PathLike], **settings: Any) -> "FlopsProfiler":
+        """A profiler set up as DeepSpeed's engine sets one up from its config's ``flops_profiler``
+        section: it profiles step ``profile_step`` (0-based, DeepSpeed's ``global_steps``) and prints
+        the profile (``module_depth``, ``top_modules``, ``detailed``, ``output_file``). Call
+        :meth:`step` after each training step. Disabled (``enabled: false``), it does nothing."""
+        section = FlopsProfilerConfig.from_deepspeed(config)
+        with warnings.catch_warnings():  # torch warns that a schedule without warm-up may skew its own traces
+            warnings.simplefilter("ignore", UserWarning)
+            schedule = torch.profiler.schedule(skip_first=section.profile_step, wait=0, warmup=0, active=1, repeat=1) if section.enabled else (lambda step: ProfilerAction.NONE)
+        profiler = cls(model, recompute_fwd_factor=section.recompute_fwd_factor, schedule=schedule, **settings)
+        if "on_ready" not in settings:
+            profiler.on_ready = lambda profile: profiler._print(profile, section.module_depth, section.top_modules, section.detailed, section.output_file)
+        profiler.config = section
+        return profiler
+
+    # -- the schedule ------------------------------------------------------------------------
+
+    def _action(self, step: int) -> ProfilerAction:
+        return self.schedule(step) if self.schedule is not None else ProfilerAction.NONE
+
+    def __enter__(self) -> "FlopsProfiler":
+        if self._action(self.step_num) != ProfilerAction.NONE:
+            self.start_profile(self.ignore_modules)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.end_profile()
+
+    def step(self) -> None:
+        """The training step ``step_num`` is over: act on the schedule (``torch.profiler``'s
+        meaning: warm-up steps are profiled and discarded, active steps kept, and the profile is
+        handed to ``on_ready`` after the last active step of each cycle)."""
+        if self.schedule is None:
+            raise RuntimeError("step() follows a schedule: give FlopsProfiler(schedule=torch.profiler.schedule(...))")
+        done, upcoming = self._action(self.step_num), self._action(self.step_num + 1)
+        if done == ProfilerAction.RECORD_AND_SAVE:
+            self.on_ready(self.profile(self.step_num))
+            self.end_profile()
+        elif done == ProfilerAction.WARMUP and upcoming in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+            self.reset_profile()
+        self.step_num += 1
+        if upcoming != ProfilerAction.NONE and not self.started:
+            self.start_profile(self.ignore_modules)
+
+    # -- DeepSpeed's lifecycle ---------------------------------------------------------------
+
+    def start_profile(self, ignore_list: Optional[Sequence[type]] = None) -> None:
+        """Start counting and timing forwards, backward passes and optimizer steps."""
+        self.end_profile()
+        self.ignore_modules = tuple(ignore_list or ())
+        device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
+        self._hooks = _TrainingStepHooks(self.model, clock_for(device), self._names, self._forward_starts, self._count_forward)
+        self._hooks.install()
+        self.started = True
+        self._write_module_attributes()
+
+    def stop_profile(self) -> None:
+        """Stop counting and timing; what was measured stays readable until :meth:`end_profile`."""
+        if self._hooks is not None:
+            self._hooks.remove()
+
+    def reset_profile(self) -> None:
+        """Forget what was measured; keep profiling if started."""
+        if self._hooks is not None:
+            installed = self._hooks.installed
+            self._hooks.remove()
+            self._hooks = _TrainingStepHooks(self.model, self._hooks.clock, self._names, self._forward_starts, self._count_forward)
+            if installed:
+                self._hooks.install()
+        self._counted, self._inclusive = {}, {}
+        if self.started:
+            self._write_module_attributes()
+
+    def end_profile(self) -> None:
+        """Stop and remove everything of the profiler from the model: its hooks and the
+        ``__flops__``-style attributes (what the training steps changed stays)."""
+        if self._hooks is not None:
+            self._hooks.remove()
+        self._hooks, self._counted, self._inclusive = None, {}, {}
+        self.started = False
+        for module in self.model.modules():
+            for attribute in MODULE_ATTRIBUTES:
+                module.__dict__.pop(attribute, None)
+
+    # -- counting ----------------------------------------------------------------------------
+
+    def _forward_starts(self, call: ModelCall) -> tuple[Hashable, Optional[ModelCall]]:
+        """The call's signature, and a copy of the call to count if the signature is new."""
+        key = call_signature(call)
+        return key, None if key in self._counted else call.fresh()
+
+    def _count_forward(self, started: tuple[Hashable, Optional[ModelCall]]) -> None:
+        """A forward finished: count its signature once, add it to the running totals."""
+        key, call = started
+        counted = self._counted.get(key)
+        if counted is None:
+            assert call is not None  # new at the start of the forward
+            counted = self._counted[key] = _CountedCall(call, self._count_call(call))
+        counted.forwards += 1
+        for node in counted.tree.walk():
+            macs, flops = self._inclusive.get(node.name, (0, 0))
+            self._inclusive[node.name] = (macs + node.macs, flops + node.flops)
+        self._write_module_attributes()
+
+    def _count_call(self, call: ModelCall) -> ModuleProfile:
+        try:
+            flops, activations = count_model(self.model, call, self.elementwise)
+            return build_hierarchy(self.model, flops, activations)
+        except JitflopsError as error:
+            logger.warning("jitflops: the JIT tracer cannot count this forward (%s); counting it as it runs (backend='dispatch')", error)
+            flops, activations = count_model(self.model, call, self.elementwise, backend="dispatch")
+            return build_hierarchy(self.model, flops, activations)
+
+    def _latency_totals(self) -> dict[str, LatencyStats]:
+        return {name: _total(stats) for name, stats in self._hooks.modules.stats().items()} if self._hooks else {}
+
+    def _write_module_attributes(self) -> None:
+        """DeepSpeed's per-module figures: own MACs and FLOPs (children's not included), all
+        parameters below the module, and the time of its calls."""
+        durations = self._latency_totals()
+        children: dict[str, list[str]] = {name: [] for name in self._names.values()}
+        for name in children:
+            if name:
+                children.setdefault(name.rpartition(".")[0], []).append(name)
+        for module, name in self._names.items():
+            if not isinstance(module, nn.Module):
+                continue
+            macs, flops = self._inclusive.get(name, (0, 0))
+            for child in children.get(name, ()):
+                child_macs, child_flops = self._inclusive.get(child, (0, 0))
+                macs, flops = macs - child_macs, flops - child_flops
+            module.__dict__.update(
+                __flops__=flops,
+                __macs__=macs,
+                __params__=sum(p.numel() for p in module.parameters()),
+                __duration__=durations[name].median if name in durations else 0.0,
+            )
+
+    def _backward_macs(self) -> Optional[int]:
+        """Backward MACs of the profiled forwards, measured once per call signature."""
+        if not (self.measure_backward and self._hooks and self._hooks.backward):
+            return None
+        total = 0
+        for counted in self._counted.values():
+            if counted.backward_macs is None:
+                try:
+                    with self._hooks.pausing():
+                        counted.backward_macs = measure_backward_macs(self.model, counted.call)
+                except JitflopsError as error:  # e.g. an output that needs no gradient
+                    logger.warning("backward MACs not measured (%s); assuming %g x the forward's", error, 2 + self.recompute_fwd_factor)
+                    return None
+            total += counted.backward_macs * counted.forwards
+        return total
+
+    # -- results -----------------------------------------------------------------------------
+
+    def profile(self, step: Optional[int] = None) -> ModelProfile:
+        """Everything measured since :meth:`start_profile`, as a :class:`ModelProfile`."""
+        counted = list(self._counted.values())
+        totals = self._latency_totals()
+        if counted:
+            root = combined_trees([(c.tree, c.forwards) for c in counted], lambda name, _: totals.get(name))
+        else:
+            root = build_hierarchy(self.model, None)
+        root = remove_module_types(root, self.model, self.ignore_modules)
+        hooks = self._hooks
+        engine = self.ds_engine
+        summary = ProfileSummary.of(
+            root, self.model, counted[0].call if counted else None, self.model_parallel_size,
+            parallel=ParallelSizes.of_engine(engine) if engine is not None else None,
+            forward=root.latency,
+            backward=LatencyStats((sum(hooks.backward),)) if hooks and hooks.backward else None,
+            step=LatencyStats((sum(hooks.step),)) if hooks and hooks.step else None,
+            backward_macs=self._backward_macs(),
+            forwards=sum(c.forwards for c in counted),
+            recompute_fwd_factor=self.recompute_fwd_factor,
+            peak_flops=self.peak_flops,
+            batch_size=engine.train_micro_batch_size_per_gpu() if callable(getattr(engine, "train_micro_batch_size_per_gpu", None)) else None,
+        )
+        return gather_profile(ModelProfile(root, summary, profile_convention(self.elementwise), (), hooks.modules.last_spans if hooks else (), step))
+
+    def _running(self, index: int) -> int:
+        return self._inclusive.get("", (0, 0))[index]
+
+    def get_total_macs(self, as_string: bool = False) -> Any:
+        """MACs of every forward since :meth:`start_profile` (0 before the first)."""
+        return deepspeed_macs(self._running(0)) if as_string else self._running(0)
+
+    def get_total_flops(self, as_string: bool = False) -> Any:
+        """FLOPs (2 x MACs, + elementwise flops if counted) of every forward since :meth:`start_profile`."""
+        return deepspeed_number(self._running(1)) if as_string else self._running(1)
+
+    def get_total_params(self, as_string: bool = False) -> Any:
+        params = sum(p.numel() for p in self.model.parameters())
+        return deepspeed_params(params) if as_string else params
+
+    def get_total_duration(self, as_string: bool = False) -> Any:
+        """Seconds spent in the model's forwards since :meth:`start_profile`."""
+        seconds = self._latency_totals().get("", LatencyStats((0.0,))).median
+        return deepspeed_seconds(seconds) if as_string else seconds
+
+    def _print(self, profile: ModelProfile, module_depth: int = -1, top_modules: int = 1, detailed: bool = True, output_file: Optional[str] = None) -> None:
+        self.flops, self.macs, self.params = profile.summary.flops, profile.summary.macs, profile.summary.params
+        text = format_model_profile(profile, module_depth=module_depth, top_modules=top_modules, detailed=detailed)
+        if not is_writer():
+            return
+        if output_file:
+            write_text(output_file, text)
+        else:
+            print(text)
+
+    def print_model_profile(
+        self,
+        profile_step: int = 1,
+        module_depth: int = -1,
+        top_modules: int = 1,
+        detailed: bool = True,
+        output_file: Optional[str] = None,
+    ) -> None:
+        """DeepSpeed's printout of the profile; between :meth:`start_profile` and
+        :meth:`end_profile` only, as DeepSpeed's."""
+        if not self.started:
+            logger.warning("print_model_profile() outside a profile: call it after start_profile() and before end_profile()")
+            return
+        self._print(self.profile(profile_step), module_depth, top_modules, detailed, output_file)
+
+    def print_model_aggregated_profile(self, module_depth: int = -1, top_modules: int = 1) -> None:
+        """The top modules by params, MACs and latency at each depth."""
+        if not self.started:
+            print("no __flops__ attribute in the model, call this function after start_profile and before end_profile")
+            return
+        if is_writer():
+            print(format_aggregated_profile(self.profile().root, module_depth, top_modules))
+
+
+def get_module_flops(module: nn.Module) -> int:
+    """FLOPs of the module and everything below it, during a profile (DeepSpeed's helper)."""
+    return module.__flops__ + sum(get_module_flops(child) for child in module.children())
+
+
+def get_module_macs(module: nn.Module) -> int:
+    """MACs of the module and everything below it, during a profile (DeepSpeed's helper)."""
+    return module.__macs__ + sum(get_module_macs(child) for child in module.children())
+
+
+def get_module_duration(module: nn.Module) -> float:
+    """Seconds of the module's calls; a container never called (a ModuleList): its children's."""
+    duration = module.__duration__
+    return duration if duration else sum(child.__duration__ for child in module.children())
+
+
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """``model.eval()`` for the duration, then each module's own training flag back."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def _input_of_shape(model: nn.Module, input_shape: Sequence[int]) -> torch.Tensor:
+    """DeepSpeed's ``input_shape`` input: random, in the model's floating dtype and on its device."""
+    parameter = next((p for p in model.parameters() if p.is_floating_point()), None)
+    if parameter is None:
+        return torch.randn(*input_shape)
+    return torch.randn(*input_shape, dtype=parameter.dtype, device=parameter.device)
+
+
+def get_model_profile(
+    model: nn.Module,
+    input_shape: Optional[Sequence[int]] = None,
+    args: Sequence[Any] = (),
+    kwargs: Optional[Mapping[str, Any]] = None,
+    print_profile: bool = True,
+    detailed: bool = True,
+    module_depth: int = -1,
+    top_modules: int = 1,
+    warm_up: int = 1,
+    as_string: bool = True,
+    output_file: Optional[str] = None,
+    ignore_modules: Optional[Sequence[type]] = None,
+    mode: str = "forward",
+    repeats: int = 5,
+    peak_flops: Optional[float] = None,
+) -> tuple[Any, Any, Any]:
+    """DeepSpeed's ``get_model_profile``: ``(flops, macs, params)`` of one forward, in eval mode.
+
+    ``input_shape`` makes a random input of that shape in the model's dtype and on its device (the
+    only argument); otherwise ``args`` and ``kwargs`` are the call. ``mode="generate"`` profiles
+    ``model.generate(*args, **kwargs)``: every forward it makes, each signature traced once. The
+    forward is timed over ``repeats`` runs (median); DeepSpeed times one. Prints (or writes to
+    ``output_file``) the profile unless ``print_profile`` is False.
+    """
+    if mode not in ("forward", "generate"):
+        raise ValueError(f"mode must be 'forward' or 'generate', got {mode!r}")
+    if input_shape is not None:
+        if args or kwargs:
+            raise ValueError("give either input_shape or args/kwargs, not both")
+        args = (_input_of_shape(model, input_shape),)
+    if not args and not kwargs:
+        raise ValueError("give input_shape, or args and/or kwargs for the model's call")
+    with evaluating(model):
+        if mode == "forward":
+            profile = profile_model(model, tuple(args), dict(kwargs or {}), warm_up=warm_up, repeats=repeats, ignore_modules=tuple(ignore_modules or ()), peak_flops=peak_flops)
+        else:
+            profile = _profile_generation(model, tuple(args), dict(kwargs or {}), warm_up, tuple(ignore_modules or ()), peak_flops)
+    if print_profile and is_writer():
+        text = format_model_profile(profile, module_depth=module_depth, top_modules=top_modules, detailed=detailed)
+        if output_file:
+            write_text(output_file, text)
+        else:
+            print(text)
+    flops, macs, params = profile.summary.flops, profile.summary.macs, profile.summary.params
+    if as_string:
+        return deepspeed_number(flops), deepspeed_macs(macs), deepspeed_params(params)
+    return flops, macs, params
+
+
+def _profile_generation(model: nn.Module, args: tuple, kwargs: dict, warm_up: int, ignore_modules: tuple[type, ...], peak_flops: Optional[float]) -> ModelProfile:
+    generate = getattr(model, "generate", None)
+    if not callable(generate):
+        raise TypeError(f"mode='generate' needs a model with a generate() method; {type(model).__name__} has none")
+    for _ in range(warm_up):
+        generate(*args, **kwargs)
+    profiler = FlopsProfiler(model, measure_backward=False, peak_flops=peak_flops)
+    try:
+        profiler.start_profile(ignore_modules)
+        with torch.no_grad():
+            generate(*args, **kwargs)
+        return profiler.profile(step=warm_up)
+    finally:
+        profiler.end_profile()
+
+
+__all__ = [
+    "FlopsProfiler",
+    "FlopsProfilerConfig",
+    "call_signature",
+    "get_model_profile",
+    "get_module_duration",
+    "get_module_flops",
+    "get_module_macs",
+]

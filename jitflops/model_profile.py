@@ -1,0 +1,180 @@
+"""What a profile found, as data: the summary figures and the annotated module tree.
+
+Profiles are made by :mod:`jitflops.profile` and :mod:`jitflops.flops_profiler`, and read by the
+reports (:mod:`jitflops.deepspeed_report`, :mod:`jitflops.export`); this module imports neither.
+
+One vocabulary everywhere: ``macs`` are multiply-accumulates (one fused multiply-add is one MAC,
+fvcore's "flop"); ``flops`` are ``2 x macs + elementwise_flops``, as DeepSpeed and
+``torch.utils.flop_counter`` define them (``elementwise_flops`` is 0 unless elementwise ops were
+counted); FLOP/s and MFU are computed from ``flops``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from .hierarchy import ModuleProfile
+from .model_io import ModelCall
+from .op_table import OpRow
+from .timing import LatencyStats, Span, model_device
+
+CONVENTION = "macs: multiply-accumulates (1 fused multiply-add = 1 MAC); flops = 2 x macs + elementwise_flops"
+
+
+def profile_convention(elementwise: bool) -> str:
+    """What a profile counted, in one line, for printouts and exports."""
+    counted = "counted (1 flop per element)" if elementwise else "not counted (0; elementwise=True counts them)"
+    return f"{CONVENTION}; bias adds are not MACs; elementwise_flops of elementwise ops (arithmetic, activations, softmax) {counted}"
+
+
+@dataclass(frozen=True)
+class ParallelSizes:
+    world: int = 1
+    data_parallel: int = 1
+    model_parallel: int = 1
+
+    @classmethod
+    def current(cls, model_parallel: int = 1) -> "ParallelSizes":
+        """From ``torch.distributed`` when it is initialised; a single process otherwise."""
+        world = torch.distributed.get_world_size() if torch.distributed.is_available() and torch.distributed.is_initialized() else 1
+        return cls(world, max(1, world // model_parallel), model_parallel)
+
+    @classmethod
+    def of_engine(cls, engine: Any) -> "ParallelSizes":
+        """From a DeepSpeed engine (or anything with its attributes). Under sequence parallelism
+        DeepSpeed reports ``dp_world_size`` as None; the sequence-data-parallel size stands in."""
+        data_parallel = getattr(engine, "dp_world_size", None)
+        if data_parallel is None:
+            data_parallel = getattr(engine, "seq_dp_world_size", None) or 1
+        return cls(int(getattr(engine, "world_size", 1) or 1), int(data_parallel), int(getattr(engine, "mp_world_size", 1) or 1))
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """The figures of DeepSpeed's profile summary, for the forwards the profile covers.
+
+    ``forwards`` is how many forward calls the counts and latencies cover: 1 for
+    :func:`~jitflops.profile_model` (latency is then the median over repeated timed runs), every
+    forward between ``start_profile()`` and the printout for a :class:`~jitflops.FlopsProfiler`
+    (counts and latencies are then totals over those forwards, as DeepSpeed's are).
+    """
+
+    parallel: ParallelSizes
+    batch_size: Optional[int]
+    params: int
+    macs: int
+    flops: int
+    forward: Optional[LatencyStats]
+    backward: Optional[LatencyStats] = None
+    step: Optional[LatencyStats] = None
+    timing_overhead: Optional[float] = None
+    device: str = "cpu"
+    backward_macs: Optional[int] = None
+    """MACs of the backward pass, measured by the dispatch backend (None: not measured)."""
+    forwards: int = 1
+    recompute_fwd_factor: float = 0.0
+    """DeepSpeed's allowance for activation checkpointing when the backward is not measured."""
+    peak_flops: Optional[float] = None
+    """The device's peak FLOP/s for the model's dtype (None: unknown); MFU is measured against it."""
+
+    @classmethod
+    def of(cls, root: ModuleProfile, model: nn.Module, call: Optional[ModelCall], model_parallel_size: int, **measured: Any) -> "ProfileSummary":
+        """The summary of a counted module tree; ``measured`` holds the latencies, backward MACs and
+        the other fields as keywords."""
+        return cls(
+            parallel=measured.pop("parallel", None) or ParallelSizes.current(model_parallel_size),
+            batch_size=measured.pop("batch_size", None) or (batch_size_of(call) if call else None),
+            params=root.params,
+            macs=root.macs,
+            flops=root.flops,
+            device=str(model_device(model, call)) if call else "cpu",
+            **measured,
+        )
+
+    @property
+    def elementwise_flops(self) -> int:
+        return self.flops - 2 * self.macs
+
+    @property
+    def backward_to_forward(self) -> Optional[float]:
+        """The measured backward MACs over the forward's (DeepSpeed assumes 2)."""
+        return self.backward_macs / self.macs if self.backward_macs is not None and self.macs else None
+
+    @property
+    def iteration_latency(self) -> Optional[float]:
+        """Forward + backward + step (medians), as DeepSpeed sums them."""
+        parts = [stats.median for stats in (self.forward, self.backward, self.step) if stats is not None]
+        return sum(parts) if parts else None
+
+    @property
+    def forward_flops_per_second(self) -> Optional[float]:
+        return self.flops / self.forward.median if self.forward and self.forward.median > 0 else None
+
+    @property
+    def backward_factor(self) -> float:
+        """Backward FLOPs over forward FLOPs: measured when the backward was counted, else
+        DeepSpeed's ``2 + recompute_fwd_factor``."""
+        if self.backward_macs is not None and self.macs:
+            return self.backward_macs / self.macs
+        return 2.0 + self.recompute_fwd_factor
+
+    @property
+    def backward_flops(self) -> int:
+        """Measured (2 x backward MACs) when the backward was counted, else ``backward_factor`` x fwd FLOPs."""
+        return 2 * self.backward_macs if self.backward_macs is not None else round(self.backward_factor * self.flops)
+
+    @property
+    def backward_flops_per_second(self) -> Optional[float]:
+        return self.backward_flops / self.backward.median if self.backward and self.backward.median > 0 else None
+
+    @property
+    def forward_backward_flops_per_second(self) -> Optional[float]:
+        if not (self.forward and self.backward):
+            return None
+        return (self.flops + self.backward_flops) / (self.forward.median + self.backward.median)
+
+    @property
+    def iteration_flops_per_second(self) -> Optional[float]:
+        latency = self.iteration_latency
+        if not (self.forward and self.backward and latency):
+            return None
+        return (self.flops + self.backward_flops) / latency
+
+    @property
+    def samples_per_second(self) -> Optional[float]:
+        latency = self.iteration_latency
+        return self.batch_size * self.forwards / latency if self.batch_size and latency else None
+
+    @property
+    def mfu(self) -> Optional[float]:
+        """Model FLOPs utilisation: achieved FLOP/s over the peak. Of the training step (forward +
+        backward) when the backward was timed, of the forward otherwise."""
+        achieved = self.forward_backward_flops_per_second or self.forward_flops_per_second
+        return achieved / self.peak_flops if achieved is not None and self.peak_flops else None
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Everything one profile found: the annotated module tree, the summary, per-op rows and spans."""
+
+    root: ModuleProfile
+    summary: ProfileSummary
+    convention: str
+    op_rows: tuple[OpRow, ...] = ()
+    spans: tuple[Span, ...] = ()
+    step: Optional[int] = None
+    flop_analysis: Optional[Any] = None
+    """The :class:`~jitflops.FlopCountAnalysis` behind the counts (None in a rank's copy)."""
+    activation_analysis: Optional[Any] = None
+    ranks: tuple["ModelProfile", ...] = ()
+    """In a multi-process run: each rank's own profile (see ``distributed``)."""
+
+
+def batch_size_of(call: ModelCall) -> Optional[int]:
+    for tensor in call.tensors():
+        return int(tensor.shape[0]) if tensor.dim() > 0 else None
+    return None
