@@ -197,6 +197,14 @@ ZOO: dict[str, Example] = {
             _positional(lambda: _ids(512)), "BERT-large, 512 tokens", "large",
         ),
         _transformers_example(
+            "vit-l16", "ViTModel", _config("ViTConfig", hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
+            _positional(_image), "ViT-L/16 at 224", "large",
+        ),
+        _transformers_example(
+            "llama-1b", "LlamaForCausalLM", lambda: llama_config(2048, 16, 32, 8, 8192, vocab=128256), _positional(lambda: _ids(4096)),
+            "Llama-3.2-1B shape with its LM head (1.2B parameters), GQA 32/8 heads, 4096 tokens", "large",
+        ),
+        _transformers_example(
             "llama-8b", "LlamaForCausalLM", lambda: llama_config(4096, 32, 32, 8, 14336, vocab=128256), _positional(lambda: _ids(2048)),
             "Llama-3-8B shape with its LM head, GQA 32/8 heads, 2048 tokens (use on the meta device)", "large", "meta",
         ),

@@ -39,10 +39,11 @@ class FlopCountAnalysis(JitModelAnalysis):
         backend: str = "jit",
         backward: Union[bool, BackwardFn] = False,
         strict: bool = False,
+        compute: Optional[bool] = None,
     ) -> None:
-        """See :class:`JitModelAnalysis` for ``backend``, ``backward`` and ``strict``;
+        """See :class:`JitModelAnalysis` for ``backend``, ``backward``, ``strict`` and ``compute``;
         ``elementwise=True`` also counts elementwise ops."""
-        super().__init__(model, inputs, kwargs, backend=backend, backward=backward, strict=strict)
+        super().__init__(model, inputs, kwargs, backend=backend, backward=backward, strict=strict, compute=compute)
         self._elementwise = elementwise
         if elementwise:
             self.set_op_handle(**ELEMENTWISE_FLOP_FORMULAS.handles())

@@ -118,6 +118,7 @@ class JitModelAnalysis:
         backend: str = "jit",
         backward: Union[bool, BackwardFn] = False,
         strict: bool = False,
+        compute: Optional[bool] = None,
     ) -> None:
         """
         Args:
@@ -135,6 +136,11 @@ class JitModelAnalysis:
             strict: with the JIT backend, raise a ``TraceError`` where Python control flow depends on
                 tensor values. By default, as in fvcore, the path the inputs took is counted and a
                 ``DataDependentTraceWarning`` names the module and source line.
+            compute: with the JIT backend, whether the trace computes on the real values: ``None``
+                (default) traces on values without data (``meta``) where that is cheaper (all but
+                small models) and falls back to real values where the model needs them; ``True``
+                always computes; ``False`` never does (and raises where the model needs values).
+                The counts are the same.
         """
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -146,6 +152,7 @@ class JitModelAnalysis:
         self._backend = backend
         self._backward: Optional[BackwardFn] = (default_backward if backward is True else backward) or None
         self._strict = strict
+        self._compute = compute
         self._call = ModelCall.from_user(inputs, kwargs)
         self._named_modules: dict[str, nn.Module] = dict(model.named_modules(remove_duplicate=False))
         self._aliases = module_aliases(model, self._named_modules)
@@ -271,7 +278,7 @@ class JitModelAnalysis:
         return type(self)(model, inputs, kwargs, **self._front_end_settings())
 
     def _front_end_settings(self) -> dict[str, Any]:
-        return {"backend": self._backend, "backward": self._backward or False, "strict": self._strict}
+        return {"backend": self._backend, "backward": self._backward or False, "strict": self._strict, "compute": self._compute}
 
     def tracer_warnings(self: T, mode: str) -> T:
         """Which warnings to show while tracing: ``"all"``, ``"no_tracer_warning"`` (default) or ``"none"``."""
@@ -321,7 +328,7 @@ class JitModelAnalysis:
         """The model's ops with their scopes (a JIT trace or a dispatch recording), taken on first use and kept."""
         if self._trace is None:
             if self._backend == "jit":
-                self._trace = trace_with_scopes(self._model, self._call, self._aliases, self._strict)
+                self._trace = trace_with_scopes(self._model, self._call, self._aliases, self._strict, compute=self._compute)
             else:
                 self._trace = record_with_dispatch(self._model, self._call, self._aliases, self._backward)
         return self._trace

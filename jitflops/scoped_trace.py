@@ -29,6 +29,7 @@ traceback instead.
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 import warnings
 from contextlib import contextmanager
@@ -41,10 +42,13 @@ from torch import nn
 from torch.jit import TracerWarning
 
 from .errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
+from .meta_values import MATERIALISE_META_BYTES, computes_by_default, empty_copy, holds_meta, lost_values, meta_blocker, size_in_bytes
 from .model_guard import preserved
 from .model_io import FlatCall, ModelCall
 from .records import JitOpRecord, OpRecord, node_inputs, node_outputs
 from .running_module import failures_named, innermost_module, stack_frames
+
+logger = logging.getLogger(__name__)
 
 TRACER_WARNING_MODES = ("all", "no_tracer_warning", "none")
 
@@ -397,8 +401,53 @@ def trace_with_scopes(
     aliases: Mapping[Any, str],
     strict: bool = False,
     marker_scopes: bool = True,
+    compute: Optional[bool] = None,
 ) -> ScopedTrace:
     """Trace ``model`` called with ``call``; ``aliases`` gives each module's canonical scope name.
+
+    ``compute``: ``False`` traces on values without data (``meta``, see :mod:`jitflops.meta_values`)
+    and raises where the model needs real values; ``True`` traces on the real values; ``None``
+    (default) traces on meta values where that costs less (all but small models), falling back to
+    real values where the model needs them. The counts are the same either way.
+    """
+    forced = compute is False
+    if not (computes_by_default(model) if compute is None else compute):
+        blocker = meta_blocker(model, call)
+        if blocker is None:
+            try:
+                return _trace_copy(model, call, aliases, strict, marker_scopes, "meta")
+            except Exception as error:  # the model needs real values: trace those (an interrupt is not caught)
+                if forced:
+                    raise JitflopsError(f"the model cannot be traced without real values (compute=False): {error}") from error
+                logger.debug("traced on real values: the trace on meta values failed: %s", error)
+        elif forced:
+            raise JitflopsError(f"the model cannot be traced without real values (compute=False): {blocker}")
+        else:
+            logger.debug("traced on real values: %s", blocker)
+    if holds_meta(model, call):  # built on the meta device: no values to compute with
+        try:
+            return _trace_copy(model, call, aliases, strict, marker_scopes, "meta")
+        except Exception as error:
+            if size_in_bytes(model, call) > MATERIALISE_META_BYTES:
+                raise JitflopsError(f"the model on the meta device cannot be traced there ({error}); build it on the CPU: jitflops counts it without computing") from error
+            logger.debug("traced on a copy with uninitialised CPU tensors: the trace on the meta device failed: %s", error)
+            return _trace_copy(model, call, aliases, strict, marker_scopes, "cpu")
+    return _trace_with_scopes(model, call, aliases, strict, marker_scopes)
+
+
+def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, marker_scopes: bool, device: str) -> ScopedTrace:
+    """The trace of a copy of the model whose tensors have no values, on ``device``."""
+    twin, twin_call, copies = empty_copy(model, call, device)
+    twin_aliases = {copies.get(module, module): name for module, name in aliases.items()}
+    trace = _trace_with_scopes(twin, twin_call, twin_aliases, strict, marker_scopes)
+    lost = lost_values(trace.graph, twin)
+    if lost:
+        raise JitflopsError(f"the tracer did not record the ops that made {', '.join(lost[:3])}: they became constants")
+    return trace
+
+
+def _trace_with_scopes(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, marker_scopes: bool) -> ScopedTrace:
+    """The trace of :func:`trace_with_scopes`, on the values ``call`` has.
 
     ``DataParallel`` and ``DistributedDataParallel`` wrappers are traced through their inner
     module. The model comes back unchanged, whether the trace succeeds or not.

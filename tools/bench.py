@@ -2,16 +2,23 @@
 
 For each model of the zoo, interleaved over several repetitions (medians reported):
 
-* ``trace``: bare ``torch.jit._get_trace_graph`` of the model, no hooks (the floor);
-* ``jitflops``: ``FlopCountAnalysis(...).total()`` from a fresh object;
-* ``jitflops+reports``: that, then ``by_module()``, ``by_operator()`` and ``flop_count_table()``;
+* ``forward``: the model's own forward, under ``no_grad``;
+* ``trace``: bare ``torch.jit._get_trace_graph`` of the model on its real values, no hooks (the
+  floor of a count that computes);
+* ``jitflops``: the default ``FlopCountAnalysis(...).total()`` from a fresh object (on meta values
+  where that pays off: ``jitflops.meta_values``);
+* ``jitflops real``: the same with real values forced (``compute=True``);
+* ``jitflops+reports``: the default, then ``by_module()``, ``by_operator()`` and ``flop_count_table()``;
+* ``dispatch``: ``FlopCountAnalysis(..., backend="dispatch").total()``;
 * ``fvcore``: fvcore's ``FlopCountAnalysis(...).total()`` (wrapped as fvcore needs);
-* ``FlopCounterMode``: ``torch.utils.flop_counter`` on the same forward.
+* ``FlopCounterMode``: ``torch.utils.flop_counter`` on the same forward;
+* ``FCM fake``: ``FlopCounterMode`` under ``FakeTensorMode`` (no arithmetic).
 
-Peak memory (RSS) of each tool is measured in a fresh subprocess per model and tool. Then the
-scale checks: the 70B Llama configuration on the meta device (time, peak RSS), the growth of the
-analysis time when the layer count doubles, and the timing overhead of the profile's timed pass
-on BERT-base. Prints one table and writes the same figures as JSON.
+Peak memory (RSS) of the counting tools is measured in a fresh subprocess per model and tool. Then
+the scale checks: a Llama-shaped model with 1.2B real bf16 parameters at 4096 tokens (time, extra
+peak RSS over the loaded model), the 70B Llama configuration on the meta device (time, peak RSS),
+the growth of the analysis time when the layer count doubles, and the timing overhead of the
+profile's timed pass on BERT-base. Prints one table and writes the same figures as JSON.
 
     python tools/bench.py                   # everything (a few minutes on 2 cores)
     python tools/bench.py --models bert-base resnet-50 --repeats 3 --json /tmp/bench.json
@@ -20,6 +27,7 @@ on BERT-base. Prints one table and writes the same figures as JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -41,8 +49,12 @@ from jitflops.examples import ZOO  # noqa: E402
 from jitflops.model_io import FlatCall, ModelCall, tensor_leaves  # noqa: E402
 from jitflops.table import pipe_table  # noqa: E402
 
-DEFAULT_MODELS = [name for name, example in ZOO.items() if "zoo" in example.tags] + ["bert-large", "llama-8b"]
-TOOLS = ("trace", "jitflops", "jitflops+reports", "fvcore", "FlopCounterMode")
+DEFAULT_MODELS = [name for name, example in ZOO.items() if "zoo" in example.tags] + ["bert-large", "vit-l16", "llama-8b"]
+TOOLS = ("forward", "trace", "jitflops", "jitflops real", "jitflops+reports", "dispatch", "fvcore", "FlopCounterMode", "FCM fake")
+MEMORY_TOOLS = ("jitflops", "jitflops real", "fvcore", "FlopCounterMode")
+META_TOOLS = ("trace", "jitflops", "jitflops+reports")
+"""What runs on a model built on the meta device: fvcore's handles, FlopCounterMode and the
+dispatch backend need values."""
 
 
 def device_for(name: str) -> str:
@@ -65,9 +77,15 @@ class FvcoreReady(torch.nn.Module):
 def make_runners(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Callable[[], float]]:
     """Each tool as a function that runs it once and returns the total it reports (MACs)."""
     from fvcore.nn import FlopCountAnalysis as FvcoreFlops
+    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
 
     call = ModelCall(args, kwargs)
+
+    def forward() -> float:
+        with torch.no_grad():
+            model(*args, **kwargs)
+        return float("nan")
 
     def bare_trace() -> float:
         runner = FlatCall(model, call)
@@ -75,8 +93,8 @@ def make_runners(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str,
             torch.jit._get_trace_graph(runner, runner.flat_inputs())
         return float("nan")
 
-    def jitflops_total() -> float:
-        return FlopCountAnalysis(model, args, kwargs).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
+    def jitflops_total(**settings: Any) -> float:
+        return FlopCountAnalysis(model, args, kwargs, **settings).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
 
     def jitflops_reports() -> float:
         analysis = FlopCountAnalysis(model, args, kwargs).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
@@ -91,12 +109,22 @@ def make_runners(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str,
         positional = tuple(kwargs.values()) or args
         return FvcoreFlops(wrapped, positional).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
 
-    def flop_counter_mode() -> float:
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    def flop_counter_mode(fake: bool = False) -> float:
+        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext(), FlopCounterMode(display=False) as counter:
             model(*args, **kwargs)
         return counter.get_total_flops() / 2  # it counts a multiply-add as 2
 
-    return {"trace": bare_trace, "jitflops": jitflops_total, "jitflops+reports": jitflops_reports, "fvcore": fvcore_total, "FlopCounterMode": flop_counter_mode}
+    return {
+        "forward": forward,
+        "trace": bare_trace,
+        "jitflops": jitflops_total,
+        "jitflops real": lambda: jitflops_total(compute=True),
+        "jitflops+reports": jitflops_reports,
+        "dispatch": lambda: jitflops_total(backend="dispatch"),
+        "fvcore": fvcore_total,
+        "FlopCounterMode": flop_counter_mode,
+        "FCM fake": lambda: flop_counter_mode(fake=True),
+    }
 
 
 def engine_cost(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int) -> tuple[int, float]:
@@ -115,8 +143,8 @@ def engine_cost(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int)
 def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any]:
     model, args, kwargs = ZOO[name].instantiate(device_for(name))
     runners = make_runners(model, args, kwargs)
-    if device_for(name) == "meta":  # fvcore's handles and FlopCounterMode cannot run on meta tensors here
-        tools = tuple(t for t in tools if t in ("trace", "jitflops", "jitflops+reports"))
+    if device_for(name) == "meta":
+        tools = tuple(t for t in tools if t in META_TOOLS)
     seconds: dict[str, list[float]] = {tool: [] for tool in tools}
     totals: dict[str, float] = {}
     for tool in tools:  # one untimed run each: imports, caches
@@ -134,7 +162,7 @@ def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any
         "nodes": nodes,
         "engine_s": engine_s,
         "median_s": {tool: statistics.median(values) for tool, values in seconds.items()},
-        "totals": {tool: totals[tool] for tool in tools if tool != "trace"},
+        "totals": {tool: totals[tool] for tool in tools if tool not in ("trace", "forward")},
     }
 
 
@@ -155,6 +183,27 @@ def peak_rss_mib(name: str, tool: str) -> float:
     if result.returncode != 0:
         raise RuntimeError(f"{name}/{tool}: {result.stderr[-500:]}")
     return float(result.stdout.strip().splitlines()[-1])
+
+
+def llama_1b_bf16() -> dict[str, float]:
+    """Count the 1.2B Llama shape with real bf16 weights at 4096 tokens in a fresh process: the
+    count's seconds, and its peak RSS over the loaded model (the high-water mark is reset after
+    loading, through ``/proc/self/clear_refs``)."""
+    code = (
+        "import time, logging, torch; logging.disable(logging.WARNING); torch.manual_seed(0);"
+        "from jitflops import FlopCountAnalysis; from jitflops.examples import ZOO;"
+        "torch.set_default_dtype(torch.bfloat16); m, a, k = ZOO['llama-1b'].instantiate('cpu'); torch.set_default_dtype(torch.float32);"
+        "params = sum(p.numel() for p in m.parameters()); loaded = int(open('/proc/self/status').read().split('VmRSS:')[1].split()[0]) / 1024;"
+        "open('/proc/self/clear_refs', 'w').write('5');"
+        "start = time.perf_counter(); f = FlopCountAnalysis(m, a, k); total = f.total(); seconds = time.perf_counter() - start;"
+        "peak = int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024;"
+        "print(params, seconds, total, loaded, peak)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=REPO)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-800:])
+    params, seconds, total, loaded, peak = map(float, result.stdout.split())
+    return {"params": params, "count_s": seconds, "total_macs": total, "loaded_rss_mib": loaded, "extra_peak_rss_mib": peak - loaded}
 
 
 def llama_70b() -> dict[str, float]:
@@ -219,9 +268,10 @@ def main() -> None:
     for name in options.models:
         row = time_tools(name, options.repeats, TOOLS)
         if not options.no_memory:
-            row["peak_rss_mib"] = {tool: peak_rss_mib(name, tool) for tool in row["median_s"]}
+            row["peak_rss_mib"] = {tool: peak_rss_mib(name, tool) for tool in row["median_s"] if tool in MEMORY_TOOLS}
         results.append(row)
         print(f"measured {name}", file=sys.stderr, flush=True)
+    real_1b = llama_1b_bf16()
     big = llama_70b()
     growth = scaling(options.repeats)
     overhead = timing_overhead(max(options.repeats, 20))
@@ -229,32 +279,39 @@ def main() -> None:
     table = []
     for row in results:
         t = row["median_s"]
-        per_node_us = (t["jitflops"] - t["trace"]) / row["nodes"] * 1e6
+        ms = lambda tool: f"{t[tool] * 1e3:.0f}" if tool in t else "-"  # noqa: E731
+        ratio = lambda a, b: t[a] / t[b] if a in t and b in t else None  # noqa: E731
+        shown = lambda value: f"{value:.2f}" if value is not None else "-"  # noqa: E731
+        per_node_us = (t.get("jitflops real", t["jitflops"]) - t["trace"]) / row["nodes"] * 1e6
         engine_us = row["engine_s"] / row["nodes"] * 1e6
-        fv = t.get("fvcore")
-        fcm = t.get("FlopCounterMode")
         rss = row.get("peak_rss_mib", {})
+        row["ratios"] = {
+            "jitflops/forward": ratio("jitflops", "forward"),
+            "jitflops/FlopCounterMode": ratio("jitflops", "FlopCounterMode"),
+            "jitflops real/trace": ratio("jitflops real", "trace") if "jitflops real" in t else ratio("jitflops", "trace"),
+            "jitflops/fvcore": ratio("jitflops", "fvcore"),
+            "dispatch/FlopCounterMode": ratio("dispatch", "FlopCounterMode"),
+        }
+        row["per_node_overhead_us"] = {"engine_after_trace": engine_us, "all_above_bare_trace": per_node_us}
         table.append([
             row["model"], row["device"], str(row["nodes"]),
-            f"{t['trace'] * 1e3:.0f}", f"{t['jitflops'] * 1e3:.0f}", f"{t['jitflops+reports'] * 1e3:.0f}",
-            f"{fv * 1e3:.0f}" if fv else "-", f"{fcm * 1e3:.0f}" if fcm else "-",
-            f"{t['jitflops'] / t['trace']:.2f}", f"{t['jitflops'] / fv:.2f}" if fv else "-", f"{t['jitflops'] / fcm:.2f}" if fcm else "-",
-            f"{engine_us:.1f} / {per_node_us:.1f}",
-            f"{rss['jitflops']:.0f}/{rss.get('fvcore', float('nan')):.0f}/{rss.get('FlopCounterMode', float('nan')):.0f}" if rss else "-",
-            " / ".join(f"{row['totals'][tool] / 1e9:.3f}" for tool in ("jitflops", "fvcore", "FlopCounterMode") if tool in row["totals"]),
+            *(ms(tool) for tool in ("forward", "trace", "jitflops", "jitflops real", "dispatch", "fvcore", "FlopCounterMode", "FCM fake")),
+            *(shown(row["ratios"][key]) for key in ("jitflops/forward", "jitflops/FlopCounterMode", "jitflops real/trace", "jitflops/fvcore", "dispatch/FlopCounterMode")),
+            f"{rss['jitflops']:.0f}/{rss.get('jitflops real', float('nan')):.0f}/{rss.get('FlopCounterMode', float('nan')):.0f}" if rss else "-",
+            " / ".join(f"{row['totals'][tool] / 1e9:.3f}" for tool in ("jitflops", "jitflops real", "fvcore", "FlopCounterMode") if tool in row["totals"]),
         ])
-        row["ratios"] = {"jitflops/trace": t["jitflops"] / t["trace"], "jitflops/fvcore": t["jitflops"] / fv if fv else None, "jitflops/FlopCounterMode": t["jitflops"] / fcm if fcm else None}
-        row["per_node_overhead_us"] = {"engine_after_trace": engine_us, "all_above_bare_trace": per_node_us}
-    headers = ["model", "device", "nodes", "trace ms", "jitflops ms", "+reports ms", "fvcore ms", "FCM ms",
-               "jf/trace", "jf/fvcore", "jf/FCM", "us/node engine / all", "peak RSS MiB jf/fv/FCM", "GMACs jf / fv / FCM"]
+    headers = ["model", "device", "nodes", "forward ms", "trace ms", "jitflops ms", "real ms", "dispatch ms", "fvcore ms", "FCM ms", "FCM fake ms",
+               "jf/fwd", "jf/FCM", "real/trace", "jf/fvcore", "dispatch/FCM", "peak RSS MiB jf/real/FCM", "GMACs jf / real / fv / FCM"]
     print(pipe_table(table, headers))
+    print(f"\nLlama 1.2B shape, real bf16 weights, 4096 tokens: counted in {real_1b['count_s']:.2f} s, "
+          f"{real_1b['extra_peak_rss_mib']:.0f} MiB peak RSS over the loaded model ({real_1b['loaded_rss_mib']:.0f} MiB), {real_1b['total_macs'] / 1e12:.2f} TMACs")
     print(f"\nLlama 70B (meta, seq 4096): built in {big['build_s']:.1f} s, counted in {big['count_s']:.1f} s, "
           f"peak RSS {big['peak_rss_mib']:.0f} MiB, {big['total_macs'] / 1e12:.1f} TMACs ({big['attention_macs'] / 1e12:.1f} T in attention)")
     print(f"Doubling BERT layers 12 -> 24: analysis {growth['layers_12_s'] * 1e3:.0f} ms -> {growth['layers_24_s'] * 1e3:.0f} ms, ratio {growth['ratio']:.2f}")
     print(f"Timed pass on BERT-base (CPU): forward {overhead['without_hooks_s'] * 1e3:.1f} ms without hooks, "
           f"{overhead['with_hooks_s'] * 1e3:.1f} ms with, overhead {100 * overhead['overhead']:.1f}%")
     document = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": options.repeats,
-                "models": results, "llama_70b_meta": big, "layer_scaling": growth, "timed_pass_overhead": overhead}
+                "models": results, "llama_1b_bf16": real_1b, "llama_70b_meta": big, "layer_scaling": growth, "timed_pass_overhead": overhead}
     Path(options.json).write_text(json.dumps(document, indent=2))
     print(f"\nwritten: {options.json}", file=sys.stderr)
 

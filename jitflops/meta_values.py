@@ -1,0 +1,130 @@
+"""Counting without computing: a trace on values without data.
+
+A count depends only on shapes, so the JIT front end traces a copy of the model whose parameters,
+buffers and inputs are ``meta`` tensors of the same shapes, dtypes and flags: the tracer records
+the same graph, and no kernel runs (a BERT-large forward is traced in a fraction of its run time,
+and no activation memory is allocated). The user's model is never touched.
+
+Some models need real values: data-dependent control flow (``if x.sum() > 0``), tensors made on
+the CPU inside ``forward`` and mixed with the inputs, ops without a meta kernel, lazy or quantised
+parameters. Those fail on meta and are traced again on real values, with identical results; the
+reason is logged at debug level.
+
+Convolutions need real values. Under the JIT tracer, tensor sizes read in Python are traced
+tensors, and torch's Python meta kernel for convolution compares sizes: it fails (``cond must be a
+bool, but got a Tensor``), and with that comparison suspended, a transposed convolution's output
+loses its place in the graph and becomes a constant. Models with convolution modules are
+therefore traced on real values from the start; a meta trace in which any value became a tensor
+constant is not trusted either.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import torch
+from torch import nn
+from torch.nn.modules.conv import _ConvNd
+from torch.nn.parameter import UninitializedTensorMixin
+from torch.utils import _pytree as pytree
+
+from .model_io import ModelCall, is_stateful
+
+COMPUTE_BELOW_ELEMENTS = 0
+"""Models with fewer parameter elements are traced on real values by default: computing them
+costs less than the per-op overhead of meta kernels (``tools/bench.py`` measures both)."""
+
+def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[int, torch.Tensor]) -> torch.Tensor:
+    """A tensor like ``tensor`` on ``device``, without values (a Parameter stays a Parameter); one
+    per tensor, so shared weights stay shared."""
+    if id(tensor) not in swapped:
+        empty = torch.empty_like(tensor, device=device)
+        swapped[id(tensor)] = nn.Parameter(empty, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else empty.requires_grad_(tensor.requires_grad)
+    return swapped[id(tensor)]
+
+
+def _plain(tensor: torch.Tensor) -> bool:
+    return type(tensor) in (torch.Tensor, nn.Parameter)
+
+
+def meta_blocker(model: nn.Module, call: ModelCall) -> Optional[str]:
+    """Why ``model`` cannot be traced on meta values with ``call`` (None: it can try)."""
+    for name, module in model.named_modules():
+        if isinstance(module, _ConvNd):
+            return f"{name or 'the model'} is a convolution ({type(module).__name__}), whose meta kernel fails under the JIT tracer"
+        if isinstance(module, nn.MultiheadAttention):
+            return f"{name or 'the model'} is a MultiheadAttention, whose fused eval path runs for CPU and CUDA tensors only"
+    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+        if not _plain(tensor):
+            return f"{name} is a {type(tensor).__name__}"
+    leaves = pytree.tree_leaves((call.args, call.kwargs))
+    if any(is_stateful(leaf) for leaf in leaves):
+        return "the call passes an object holding state (a cache)"
+    if any(isinstance(leaf, torch.Tensor) and not _plain(leaf) for leaf in leaves):
+        return "an input is a tensor subclass"
+    return None
+
+
+def computes_by_default(model: nn.Module) -> bool:
+    """Whether to trace on real values unless asked otherwise: small models
+    (``COMPUTE_BELOW_ELEMENTS``), where computing costs less than meta kernels, and lazy ones."""
+    parameters = list(model.parameters())
+    return any(isinstance(p, UninitializedTensorMixin) for p in parameters) or sum(p.numel() for p in parameters) < COMPUTE_BELOW_ELEMENTS
+
+
+def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta") -> tuple[nn.Module, ModelCall, dict[nn.Module, nn.Module]]:
+    """A copy of ``model`` whose parameters and buffers are tensors without values on ``device``
+    (meta: no memory either), the call with such inputs, and each of the model's modules mapped to
+    its copy.
+
+    The copy shares everything else with the model (code, attributes, hooks): it is made module by
+    module with ``copy.copy`` and new parameter, buffer and child tables. The user's model is not
+    touched, so other threads may keep using it while the copy is traced.
+    """
+    swapped: dict[int, torch.Tensor] = {}
+    copies: dict[nn.Module, nn.Module] = {}
+
+    def copy_of(module: nn.Module) -> nn.Module:
+        if module not in copies:
+            twin = copies[module] = copy.copy(module)
+            twin.__dict__["_parameters"] = {name: None if p is None else _empty_like(p, device, swapped) for name, p in module._parameters.items()}
+            twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped) for name, b in module._buffers.items()}
+            twin.__dict__["_modules"] = {name: None if child is None else copy_of(child) for name, child in module._modules.items()}
+        return copies[module]
+
+    twin = copy_of(model)
+    leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
+    args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
+    return twin, ModelCall(args, kwargs), copies
+
+
+MATERIALISE_META_BYTES = 4 * 2**30
+"""A model built on the meta device that cannot be traced there (convolutions) is traced on a
+copy with uninitialised CPU tensors, up to this size."""
+
+
+def holds_meta(model: nn.Module, call: ModelCall) -> bool:
+    return any(t.device.type == "meta" for t in [*model.parameters(), *model.buffers(), *call.tensors()])
+
+
+def size_in_bytes(model: nn.Module, call: ModelCall) -> int:
+    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(), *call.tensors()])
+
+
+def lost_values(graph: "torch._C.Graph", model: nn.Module) -> list[str]:
+    """Values a meta trace turned into tensor constants: ops the tracer did not record. The
+    model's own tensors that are not graph inputs (non-persistent buffers) are constants in any
+    trace, and so are empty tensors and scalars made in ``forward`` (a cache's first state). A
+    tensor made from data in ``forward`` (``torch.tensor([1, 2], device=x.device)``) is flagged too:
+    tracing on real values costs more, and counts the same."""
+    own = {tensor._cdata for tensor in list(model.parameters()) + list(model.buffers())}
+    return [
+        node.output().debugName()
+        for node in graph.nodes()
+        if node.kind() == "prim::Constant"
+        and isinstance(node.output().type(), torch._C.TensorType)
+        and node.output().type().device() == torch.device("meta")
+        and node.t("value").numel() > 1
+        and node.t("value")._cdata not in own
+    ]

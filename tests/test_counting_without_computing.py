@@ -1,0 +1,128 @@
+"""Counting without computing: the default trace runs on meta values where that pays off, falls
+back to real values where the model needs them, and gives the counts a trace on real values gives."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from jitflops import ActivationCountAnalysis, DataDependentTraceWarning, FlopCountAnalysis, JitflopsError
+from jitflops.examples import ConvNet
+from jitflops.meta_values import COMPUTE_BELOW_ELEMENTS
+
+from helpers import assert_same_state, model_state
+
+transformers = pytest.importorskip("transformers")
+
+
+def _seen_devices(model: nn.Module) -> list[str]:
+    """Records the device of every input the model's forward receives (the hook is shared with any
+    copy of the model that is traced)."""
+    seen: list[str] = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(next(t for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)).device.type), with_kwargs=True)
+    return seen
+
+
+def _bert() -> nn.Module:
+    config = transformers.BertConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=256, vocab_size=30522)
+    return transformers.BertModel(config).eval()
+
+
+IDS = torch.randint(0, 30522, (2, 32))
+
+
+def test_a_large_model_is_counted_on_meta_values_with_the_counts_of_real_ones():
+    model = _bert()
+    assert sum(p.numel() for p in model.parameters()) > COMPUTE_BELOW_ELEMENTS
+    seen = _seen_devices(model)
+    before = model_state(model)
+    default = FlopCountAnalysis(model, IDS)
+    by_module = default.by_module_and_operator()
+    assert seen == ["meta"]
+    real = FlopCountAnalysis(model, IDS, compute=True)
+    assert by_module == real.by_module_and_operator() and seen == ["meta", "cpu"]
+    assert default.unsupported_ops() == real.unsupported_ops() and default.uncalled_modules(False) == real.uncalled_modules(False)
+    assert ActivationCountAnalysis(model, IDS).by_module() == ActivationCountAnalysis(model, IDS, compute=True).by_module()
+    assert_same_state(before, model_state(model))
+
+
+def test_a_small_model_computes_unless_asked_not_to():
+    model = ConvNet().eval()
+    x = torch.randn(2, 3, 16, 16)
+    seen = _seen_devices(model)
+    FlopCountAnalysis(model, x).total()
+    assert seen == ["cpu"]
+    with pytest.raises(JitflopsError, match="convolution .*Conv2d.*meta kernel fails under the JIT tracer"):
+        FlopCountAnalysis(model, x, compute=False).total()
+
+
+class DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(1500, 1500)
+
+    def forward(self, x):
+        y = self.linear(x)
+        return y * 2 if y.sum() > 0 else y
+
+
+class MixesACpuConstant(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(1500, 1500)
+
+    def forward(self, x):
+        return self.linear(x) + torch.ones(x.shape[-1])  # made on the CPU whatever the inputs' device
+
+
+@pytest.mark.parametrize("model_class, reason", [(DataDependent, "Tensor.item"), (MixesACpuConstant, "")])
+def test_models_that_need_real_values_fall_back_with_the_same_counts(model_class, reason, caplog):
+    model = model_class().eval()
+    x = torch.randn(4, 1500)
+    with caplog.at_level(logging.DEBUG, logger="jitflops.scoped_trace"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        default = FlopCountAnalysis(model, x).by_module_and_operator()
+    assert default == FlopCountAnalysis(model, x, compute=True).by_module_and_operator()
+    assert any("traced on real values: the trace on meta values failed" in r.message and reason in r.message for r in caplog.records)
+    assert (model_class is DataDependent) == any(issubclass(w.category, DataDependentTraceWarning) for w in caught)
+    with pytest.raises(JitflopsError, match=r"cannot be traced without real values \(compute=False\)"):
+        FlopCountAnalysis(model, x, compute=False).total()
+
+
+def test_convolutions_built_on_the_meta_device_are_counted():
+    x = torch.randn(2, 3, 16, 16)
+    real = FlopCountAnalysis(ConvNet().eval(), x).by_module_and_operator()
+    on_meta = ConvNet().to("meta").eval()
+    assert FlopCountAnalysis(on_meta, x.to("meta")).by_module_and_operator() == real
+    assert all(p.device.type == "meta" for p in on_meta.parameters())
+
+
+def test_the_model_stays_usable_by_other_threads_while_it_is_counted():
+    model = _bert()
+    reference = model(IDS).last_hidden_state
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def infer() -> None:
+        while not stop.is_set():
+            try:
+                with torch.no_grad():
+                    assert torch.equal(model(IDS).last_hidden_state, reference)
+            except BaseException as error:  # reported below
+                failures.append(error)
+                return
+
+    worker = threading.Thread(target=infer)
+    worker.start()
+    try:
+        for _ in range(3):
+            FlopCountAnalysis(model, IDS).total()
+    finally:
+        stop.set()
+        worker.join()
+    assert failures == []
