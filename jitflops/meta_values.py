@@ -31,7 +31,7 @@ from torch.utils import _pytree as pytree
 
 from .model_io import ModelCall, is_stateful
 
-COMPUTE_BELOW_ELEMENTS = 0
+COMPUTE_BELOW_ELEMENTS = 2_000_000
 """Models with fewer parameter elements are traced on real values by default: computing them
 costs less than the per-op overhead of meta kernels (``tools/bench.py`` measures both)."""
 
