@@ -10,12 +10,12 @@ the CPU inside ``forward`` and mixed with the inputs, ops without a meta kernel,
 parameters. Those fail on meta and are traced again on real values, with identical results; the
 reason is logged at debug level.
 
-Convolutions need real values. Under the JIT tracer, tensor sizes read in Python are traced
+Convolutions need real values. While the JIT tracer runs, tensor sizes read in Python are traced
 tensors, and torch's Python meta kernel for convolution compares sizes: it fails (``cond must be a
-bool, but got a Tensor``), and with that comparison suspended, a transposed convolution's output
-loses its place in the graph and becomes a constant. Models with convolution modules are
-therefore traced on real values from the start; a meta trace in which any value became a tensor
-constant is not trusted either.
+bool, but got a Tensor``). Run with the tracing state suspended, the kernel works, but the tracer
+then loses the op: its output becomes a constant in the graph. Models with convolution modules are
+therefore traced on real values from the start (a functional convolution fails and falls back),
+and a meta trace in which a value became a tensor constant is not trusted.
 """
 
 from __future__ import annotations
