@@ -8,12 +8,16 @@ setup(
     description="What a PyTorch model costs: parameters, FLOPs, activations and latency, per operator and per module.",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
+    author="The jitflops developers",
+    url="https://github.com/jitflops/jitflops",
+    project_urls={"Source": "https://github.com/jitflops/jitflops", "Issues": "https://github.com/jitflops/jitflops/issues"},
     packages=find_packages(include=["jitflops", "jitflops.*"]),
     python_requires=">=3.10",
     install_requires=["torch>=2.10", "tabulate>=0.10", "iopath>=0.1.9", "tqdm"],  # tqdm: the progress bar; iopath needs it too
     extras_require={
         # expecttest: torch's op database (torch.testing._internal) imports it; hypothesis: generated models
-        "test": ["pytest>=7", "fvcore==0.1.5.post20221221", "transformers>=4.50", "expecttest", "hypothesis"],
+        # pytorch-lightning: the Lightning callback's tests; selenium: the HTML report in Chromium
+        "test": ["pytest>=7", "fvcore==0.1.5.post20221221", "transformers>=4.50", "expecttest", "hypothesis", "pytorch-lightning>=2.1", "selenium>=4.10"],
     },
     entry_points={"console_scripts": ["jitflops=jitflops.cli:main"]},
     license="MIT",

@@ -7,7 +7,8 @@ from .errors import DataDependentTraceWarning, HandleError, JitflopsError, OpSha
 from .flop_count import FlopCountAnalysis, flop_count
 from .handles import Handle, ShapeFormula, get_shape
 from .deepspeed_report import format_model_profile
-from .export import profile_to_dict, write_chrome_trace, write_html, write_json, write_ops_csv
+from .export import profile_to_dict, write_chrome_trace, write_json, write_ops_csv
+from .html_report import profile_to_html, write_html
 from .hierarchy import ModuleProfile, build_hierarchy
 from .op_table import OpRow
 from .parameter_count import parameter_count, parameter_count_table
@@ -39,6 +40,7 @@ __all__ = [
     "get_module_macs",
     "profile_model",
     "profile_to_dict",
+    "profile_to_html",
     "time_model",
     "write_chrome_trace",
     "write_html",

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import importlib
+import inspect
 import io
 import json
 import os
@@ -23,8 +25,10 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 from torch import nn
 
+from . import __version__
 from .examples import all_examples
-from .export import ops_to_csv, profile_to_html, profile_to_json, spans_to_chrome_trace
+from .export import ops_to_csv, profile_to_json, spans_to_chrome_trace
+from .html_report import profile_to_html
 from .file_output import check_writable, write_text
 from .formatting import format_quantity, format_seconds
 from .model_profile import ModelProfile
@@ -49,6 +53,23 @@ MODULE_SORT_KEYS = {  # None: keep the tree order (parents before children)
 
 class UsageError(Exception):
     """A problem with what the user asked for: printed as one line, no traceback."""
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line, its reason included: lines after a first line that ends
+    with a colon are kept, joined, and a cause the message does not mention is added."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    message = lines[0]
+    for line in lines[1:]:
+        if not message.endswith(":") and len(message) > 40:
+            break
+        message = f"{message} {line}"
+    cause = error.__cause__
+    if cause is not None and str(cause).strip() and str(cause).strip().splitlines()[0] not in message:
+        message = f"{message} (because {type(cause).__name__}: {one_line(cause)})"
+    return message
 
 
 def _parse_ints(text: str, option: str) -> tuple[int, ...]:
@@ -96,12 +117,26 @@ def resolve_factory(path: str) -> Callable[..., Any]:
     return target
 
 
+def _check_config_keys(config_class: type, config: dict[str, Any]) -> None:
+    """Hugging Face configs keep unknown keys as attributes, silently: a typo would profile the
+    default model. Every key must be one the config class knows."""
+    known = set(inspect.signature(config_class.__init__).parameters) | set(vars(config_class())) | set(getattr(config_class, "attribute_map", {}))
+    known -= {"self", "kwargs"}
+    for key in config:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UsageError(f"--config: {config_class.__name__} has no setting {key!r}{hint}")
+
+
 def build_model(factory: Callable[..., Any], config: dict[str, Any]) -> nn.Module:
     config_class = getattr(factory, "config_class", None)
+    if isinstance(factory, type) and config_class is not None:
+        _check_config_keys(config_class, config)
     try:
         model = factory(config_class(**config)) if isinstance(factory, type) and config_class is not None else factory(**config)
     except Exception as error:
-        raise UsageError(f"building the model failed: {type(error).__name__}: {error}") from None
+        raise UsageError(f"building the model failed: {type(error).__name__}: {one_line(error)}") from None
     if not isinstance(model, nn.Module):
         raise UsageError(f"the factory returned a {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -126,9 +161,19 @@ def _ids(shape: tuple[int, ...], vocab: int) -> torch.Tensor:
     return torch.randint(0, vocab, shape)
 
 
+def vocabulary_size(model: nn.Module) -> int:
+    """The range of token ids the model takes: its config's ``vocab_size``, else its smallest
+    embedding table, else 1000."""
+    configured = getattr(getattr(model, "config", None), "vocab_size", None)
+    if configured:
+        return int(configured)
+    tables = [module.num_embeddings for module in model.modules() if isinstance(module, nn.Embedding)]
+    return min(tables) if tables else 1000
+
+
 def build_inputs(args: argparse.Namespace, model: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any]]:
     dtype = DTYPES[args.dtype]
-    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 1000) or 1000)
+    vocab = vocabulary_size(model)
     positional: tuple[Any, ...] = ()
     if args.input_shape:
         shape = _parse_ints(args.input_shape, "--input-shape")
@@ -207,8 +252,8 @@ def render(args: argparse.Namespace, profile: ModelProfile) -> str:
     assert flops is not None and activations is not None  # profile_model always counts
     latency = {node.name: node.latency for node in profile.root.walk() if node.latency is not None} if args.profile else None
     if args.format == "tree":
-        return flop_count_str(flops, activations, latency=latency) + f"\n\nCounting convention: {flops.convention()}"
-    return flop_count_table(flops, max_depth=args.depth if args.depth is not None else 3, activations=activations, latency=latency)
+        return flop_count_str(flops, activations, latency=latency, show_shapes=args.shapes) + f"\n\nCounting convention: {flops.convention()}"
+    return flop_count_table(flops, max_depth=args.depth if args.depth is not None else 3, activations=activations, latency=latency, module_order="execution", show_shapes=args.shapes)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -229,22 +274,40 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, help="top modules per depth (profile) or rows (ops, csv)")
     parser.add_argument("--sort", default="order", choices=sorted(OP_SORT_KEYS), help="row order for --ops and csv output (memory: ops only)")
     parser.add_argument("--elementwise", action="store_true", help="count elementwise ops, activations and softmax")
+    parser.add_argument("--shapes", action="store_true", help="show each module's output shapes in the table or tree")
     parser.add_argument("--backend", default="jit", choices=["jit", "dispatch"], help="jit: fvcore's trace (default); dispatch: the ops as they run")
     parser.add_argument("--backward", action="store_true", help="also measure the backward pass's MACs (runs the dispatch backend)")
     parser.add_argument("--format", default="table", choices=["table", "tree", "json", "csv"])
     parser.add_argument("--output", help="write the report to this file (atomically) instead of stdout")
     parser.add_argument("--trace", help="write a Chrome/Perfetto trace of the timed pass (with --profile)")
     parser.add_argument("--html", help="write the module tree as an HTML icicle chart")
+    parser.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s for MFU (default: datasheet for known GPUs, a GEMM probe on the CPU)")
     parser.add_argument("--warm-up", type=int, default=1, help="untimed iterations before timing")
     parser.add_argument("--repeats", type=int, default=10, help="timed iterations")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"jitflops {__version__} (torch {torch.__version__})")
     return parser
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Options that would do nothing in this mode are errors, not silently ignored."""
+    if args.shapes and (args.ops or args.format not in ("table", "tree") or (args.profile and args.format == "table")):
+        raise UsageError("--shapes adds a column to the module table and tree (--format table or tree, without --ops or --profile's DeepSpeed printout)")
+    if args.backend == "dispatch" and args.shapes:
+        raise UsageError("--shapes reads the JIT trace: use it with --backend jit")
+    if args.ops and args.format == "tree":
+        raise UsageError("--format tree shows the module tree: with --ops use table, csv or json")
+    if args.sort != "order" and not (args.ops or args.format == "csv"):
+        raise UsageError("--sort orders the rows of --ops and of --format csv; the module table and tree keep the model's order")
+    if args.top is not None and not (args.ops or args.format == "csv" or (args.profile and args.format == "table")):
+        raise UsageError("--top limits --ops rows, --format csv rows, or the top modules of --profile; use --depth for the module table")
 
 
 def run(args: argparse.Namespace) -> str:
     if bool(args.factory) == bool(args.example):
         raise UsageError("give a factory (MODULE:CALLABLE) or --example NAME")
+    _check_options(args)
     if args.trace and not args.profile:
         raise UsageError("--trace needs --profile (it records the timed pass)")
     timed = args.profile or args.ops
@@ -271,12 +334,12 @@ def run(args: argparse.Namespace) -> str:
     profile = profile_model(
         model, positional, keywords, timed=args.profile, warm_up=args.warm_up, repeats=args.repeats,
         with_ops=args.ops, elementwise=args.elementwise, progress=_progress(args.quiet),
-        backend=args.backend, backward=args.backward,
+        backend=args.backend, backward=args.backward, peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
     )
     if args.trace:
         write_text(args.trace, spans_to_chrome_trace(profile.spans))
     if args.html:
-        write_text(args.html, profile_to_html(profile, "flops_per_second" if args.profile else "latency"))
+        write_text(args.html, profile_to_html(profile))
     return render(args, profile)
 
 
@@ -298,7 +361,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as error:  # one clear line for the user; --debug shows where it came from
         if args.debug:
             raise
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(f"jitflops: error: {message}", file=sys.stderr)
+        print(f"jitflops: error: {one_line(error)}", file=sys.stderr)
         return 2
     return 0

@@ -19,6 +19,8 @@ _LINE = "{:<70}  {:<8}"
 SUMMARY_TITLE = "-------------------------- DeepSpeed Flops Profiler --------------------------"
 AGGREGATED_TITLE = "----------------------------- Aggregated Profile per GPU -----------------------------"
 DETAILED_TITLE = "------------------------------ Detailed Profile per GPU ------------------------------"
+TINY_FORWARD_S = 1e-4
+"""Below this forward time a timing overhead ratio says nothing about the model."""
 _END = "------------------------------------------------------------------------------"
 
 
@@ -75,7 +77,9 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
     if summary.mfu is not None:
         lines.append(_line("MFU = FLOPS per GPU / peak FLOPS per GPU", f"{100 * summary.mfu:.2f}% of {deepspeed_flops(summary.peak_flops or 0)}"))
     if summary.timing_overhead is not None:
-        lines.append(_line("timing overhead (fwd with hooks / without - 1)", f"{100 * summary.timing_overhead:.1f}%"))
+        tiny = summary.forward is not None and summary.forward.median < TINY_FORWARD_S
+        overhead = f"n/a (the forward takes under {TINY_FORWARD_S * 1e3:g} ms: the hooks' own cost dominates)" if tiny else f"{100 * summary.timing_overhead:.1f}%"
+        lines.append(_line("timing overhead (fwd with hooks / without - 1)", overhead))
     header = f"Profile Summary at step {step}:" if step is not None else "Profile Summary:"
     return [
         "",

@@ -1,4 +1,5 @@
-"""Files: the profile as JSON, the per-op table as CSV, a Chrome/Perfetto trace, an HTML picture.
+"""Files: the profile as JSON, the per-op table as CSV, a Chrome/Perfetto trace (the HTML report is
+:mod:`jitflops.html_report`).
 
 Every file is written by :func:`jitflops.file_output.write_text`: atomically, through symbolic
 links, keeping the file's mode, creating missing directories, and naming the user's path on error.
@@ -14,7 +15,6 @@ rank).
 from __future__ import annotations
 
 import csv
-import html
 import io
 import json
 from typing import Any, Optional
@@ -140,69 +140,6 @@ def spans_to_chrome_trace(spans: tuple[Span, ...], process_name: str = "jitflops
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})
 
 
-def _colour(share: float) -> str:
-    """Light yellow (low) to dark red (high) for a share in [0, 1]."""
-    share = min(1.0, max(0.0, share))
-    red, green, blue = 255, int(237 - 200 * share), int(160 - 140 * share)
-    return f"rgb({red},{green},{blue})"
-
-
-def profile_to_html(profile: ModelProfile, colour_by: str = "flops_per_second") -> str:
-    """A self-contained HTML page: the module tree as an icicle chart (SVG).
-
-    Each module is a box whose width is its share of its parent's FLOPs (modules without FLOPs get
-    a sliver) and whose colour is its achieved FLOP/s relative to the best module
-    (``colour_by="flops_per_second"``) or its share of the forward latency (``"latency"``).
-    Hovering a box shows its figures.
-    """
-    if colour_by not in ("flops_per_second", "latency"):
-        raise ValueError(f"colour_by must be 'flops_per_second' or 'latency', got {colour_by!r}")
-    root = profile.root
-    width, row_height = 1200.0, 28.0
-    best_rate = max((node.flops_per_second or 0.0 for node in root.walk()), default=0.0) or 1.0
-    total_latency = root.latency.median if root.latency else 0.0
-    boxes: list[str] = []
-
-    def share(node: ModuleProfile) -> float:
-        if colour_by == "latency":
-            return (node.latency.median / total_latency) if node.latency and total_latency else 0.0
-        return (node.flops_per_second or 0.0) / best_rate
-
-    def draw(node: ModuleProfile, x: float, span: float) -> None:
-        latency = f"{node.latency.median * 1e3:.3f} ms" if node.latency else "not timed"
-        rate = f"{node.flops_per_second / 1e9:.2f} GFLOP/s" if node.flops_per_second else "n/a"
-        title = html.escape(f"{node.name or 'model'} ({node.type_name})\nFLOPs {node.flops:,}  params {node.params:,}\nlatency {latency}  achieved {rate}")
-        label = html.escape((node.name.rpartition(".")[2] or "model") if span > 40 else "")
-        y = node.depth * row_height
-        boxes.append(
-            f'<g><title>{title}</title><rect x="{x:.2f}" y="{y:.1f}" width="{max(span - 1, 0.5):.2f}" height="{row_height - 2}" '
-            f'fill="{_colour(share(node))}" stroke="#555" stroke-width="0.3"/>'
-            f'<text x="{x + 3:.2f}" y="{y + 18:.1f}" font-size="11">{label}</text></g>'
-        )
-        weights = [max(child.flops, 0) for child in node.children]
-        total = sum(weights)
-        sliver = span * 0.02 / max(len(node.children), 1)
-        widths = [(span - sliver * weights.count(0)) * w / total if total and w else sliver for w in weights]
-        offset = x
-        for child, child_span in zip(node.children, widths):
-            draw(child, offset, child_span)
-            offset += child_span
-
-    draw(root, 0.0, width)
-    depth = max(node.depth for node in root.walk()) + 1
-    legend = "achieved FLOP/s relative to the fastest module" if colour_by == "flops_per_second" else "share of forward latency"
-    summary = profile.summary
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>jitflops profile</title>"
-        "<style>body{font-family:sans-serif;margin:16px} svg text{pointer-events:none}</style></head><body>"
-        f"<h2>{html.escape(root.type_name)}: {summary.macs:,} MACs, {summary.flops:,} FLOPs, {summary.params:,} params</h2>"
-        f"<p>Box width: share of the parent's FLOPs. Colour (yellow to red): {legend}. "
-        f"Counting convention: {html.escape(profile.convention)}.</p>"
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{depth * row_height:.0f}">{"".join(boxes)}</svg>'
-        "</body></html>"
-    )
-
-
 def write_json(profile: ModelProfile, path: str) -> None:
     write_text(path, profile_to_json(profile))
 
@@ -213,7 +150,3 @@ def write_ops_csv(profile: ModelProfile, path: str) -> None:
 
 def write_chrome_trace(profile: ModelProfile, path: str) -> None:
     write_text(path, spans_to_chrome_trace(profile.spans))
-
-
-def write_html(profile: ModelProfile, path: str, colour_by: str = "flops_per_second") -> None:
-    write_text(path, profile_to_html(profile, colour_by))

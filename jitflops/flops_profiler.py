@@ -34,7 +34,6 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.profiler import ProfilerAction
-from torch.utils import _pytree as pytree
 
 from .deepspeed_report import format_aggregated_profile, format_model_profile
 from .distributed import gather_profile, is_writer
@@ -43,8 +42,9 @@ from .file_output import write_text
 from .formatting import deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
 from .hierarchy import ModuleProfile, build_hierarchy, combined_trees, remove_module_types
 from .jit_analysis import module_aliases
-from .model_io import ModelCall, is_stateful, tensor_leaves, tensors_inside
+from .model_io import ModelCall, tensor_leaves
 from .model_profile import ModelProfile, ParallelSizes, ProfileSummary, profile_convention
+from .peak_flops import model_peak_flops
 from .profile import count_model, measure_backward_macs, profile_model
 from .timing import Clock, LatencyCollector, LatencyStats, ModuleCallRecorder, clock_for
 
@@ -83,24 +83,6 @@ class FlopsProfilerConfig:
                 hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
                 warnings.warn(f"unknown key {key!r} in the flops_profiler config is ignored, as DeepSpeed ignores it; {hint}", stacklevel=3)
         return cls(**{key: value for key, value in section.items() if key in known})
-
-
-def _leaf_signature(leaf: Any) -> Hashable:
-    if isinstance(leaf, torch.Tensor):
-        return ("tensor", tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.requires_grad)
-    if is_stateful(leaf):  # a generation cache: the same object at every step, holding more each time
-        return (type(leaf), tuple(tuple(t.shape) for t in tensors_inside(leaf)))
-    try:
-        return (type(leaf), hash(leaf), leaf)
-    except TypeError:
-        return (type(leaf), id(leaf))
-
-
-def call_signature(call: ModelCall) -> Hashable:
-    """What a count depends on: the call's structure, tensor shapes and dtypes, other values, and
-    the shapes of tensors inside objects such as a generation cache."""
-    leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
-    return (str(spec), tuple(_leaf_signature(leaf) for leaf in leaves))
 
 
 @dataclass
@@ -233,7 +215,8 @@ class FlopsProfiler:
 
     ``measure_backward``: count the backward pass's MACs (dispatch backend, once per call
     signature, only when a backward pass was seen) instead of assuming ``2 + recompute_fwd_factor``
-    times the forward. ``peak_flops``: the device's peak FLOP/s, for MFU.
+    times the forward. ``peak_flops``: the device's peak FLOP/s, for MFU (by default from
+    :mod:`jitflops.peak_flops`).
     """
 
     def __init__(
@@ -284,6 +267,21 @@ class FlopsProfiler:
             profiler.on_ready = lambda profile: profiler._print(profile, section.module_depth, section.top_modules, section.detailed, section.output_file)
         profiler.config = section
         return profiler
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Forwards run in here (another tool counting the model) are not profiled."""
+        if self._hooks is None:
+            yield
+            return
+        with self._hooks.pausing():
+            yield
+
+    @property
+    def busy(self) -> bool:
+        """Whether the profiler itself is running the model (to count it): those forwards are not
+        the user's."""
+        return self._hooks is not None and self._hooks.paused
 
     # -- the schedule ------------------------------------------------------------------------
 
@@ -358,7 +356,7 @@ class FlopsProfiler:
 
     def _forward_starts(self, call: ModelCall) -> tuple[Hashable, Optional[ModelCall]]:
         """The call's signature, and a copy of the call to count if the signature is new."""
-        key = call_signature(call)
+        key = call.signature()
         return key, None if key in self._counted else call.fresh()
 
     def _count_forward(self, started: tuple[Hashable, Optional[ModelCall]]) -> None:
@@ -446,7 +444,7 @@ class FlopsProfiler:
             backward_macs=self._backward_macs(),
             forwards=sum(c.forwards for c in counted),
             recompute_fwd_factor=self.recompute_fwd_factor,
-            peak_flops=self.peak_flops,
+            peak_flops=self.peak_flops if self.peak_flops is not None or not counted else model_peak_flops(self.model, counted[0].call),
             batch_size=engine.train_micro_batch_size_per_gpu() if callable(getattr(engine, "train_micro_batch_size_per_gpu", None)) else None,
         )
         return gather_profile(ModelProfile(root, summary, profile_convention(self.elementwise), (), hooks.modules.last_spans if hooks else (), step))
@@ -610,7 +608,6 @@ def _profile_generation(model: nn.Module, args: tuple, kwargs: dict, warm_up: in
 __all__ = [
     "FlopsProfiler",
     "FlopsProfilerConfig",
-    "call_signature",
     "get_model_profile",
     "get_module_duration",
     "get_module_flops",

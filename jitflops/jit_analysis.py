@@ -29,7 +29,7 @@ from .handles.registry import as_counter
 from .model_io import ModelCall
 from .op_source import OpSource
 from .records import BACKWARD, FORWARD, JitOpRecord, OpRecord
-from .scoped_trace import TRACER_WARNING_MODES, trace_with_scopes
+from .scoped_trace import TRACER_WARNING_MODES, ScopedTrace, trace_with_scopes
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +210,14 @@ class JitModelAnalysis:
     def op_counts(self) -> tuple[OpCount, ...]:
         """The count of every counted op call, in execution order, with its innermost module."""
         return self._results(emit_warnings=False).op_counts
+
+    def output_shapes(self) -> dict[str, list[tuple[int, ...]]]:
+        """The shapes of the tensors each module returned (its canonical name: a list, one shape per
+        returned tensor), read from the JIT trace, as torchinfo shows them."""
+        trace = self.scoped_trace()
+        if not isinstance(trace, ScopedTrace):
+            raise JitflopsError("output shapes are read from the JIT trace: use backend='jit'")
+        return trace.module_output_shapes()
 
     def unsupported_ops(self, module_name: str = "") -> typing.Counter[str]:
         """Ops met in ``module_name`` that have no handle and are not known to cost nothing."""

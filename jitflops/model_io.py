@@ -15,7 +15,7 @@ import functools
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Hashable
 
 import torch
 from torch import nn
@@ -73,6 +73,23 @@ class ModelCall:
     def run(self, model: nn.Module) -> Any:
         call = self.fresh()
         return model(*call.args, **call.kwargs)
+
+    def signature(self) -> Hashable:
+        """What a count of this call depends on: its structure, tensor shapes and dtypes, other
+        values, and the shapes of tensors inside objects such as a generation cache."""
+        leaves, spec = pytree.tree_flatten((self.args, self.kwargs))
+        return (str(spec), tuple(_leaf_signature(leaf) for leaf in leaves))
+
+
+def _leaf_signature(leaf: Any) -> Hashable:
+    if isinstance(leaf, torch.Tensor):
+        return ("tensor", tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.requires_grad)
+    if is_stateful(leaf):  # a generation cache: the same object at every step, holding more each time
+        return (type(leaf), tuple(tuple(t.shape) for t in tensors_inside(leaf)))
+    try:
+        return (type(leaf), hash(leaf), leaf)
+    except TypeError:
+        return (type(leaf), id(leaf))
 
 
 def is_stateful(leaf: Any) -> bool:

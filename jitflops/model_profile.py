@@ -80,6 +80,8 @@ class ProfileSummary:
     """DeepSpeed's allowance for activation checkpointing when the backward is not measured."""
     peak_flops: Optional[float] = None
     """The device's peak FLOP/s for the model's dtype (None: unknown); MFU is measured against it."""
+    element_bytes: int = 4
+    """Bytes per element of the model's floating-point tensors (for arithmetic intensity)."""
 
     @classmethod
     def of(cls, root: ModuleProfile, model: nn.Module, call: Optional[ModelCall], model_parallel_size: int, **measured: Any) -> "ProfileSummary":
@@ -92,6 +94,7 @@ class ProfileSummary:
             macs=root.macs,
             flops=root.flops,
             device=str(model_device(model, call)) if call else "cpu",
+            element_bytes=next((p.element_size() for p in model.parameters() if p.is_floating_point()), 4),
             **measured,
         )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import statistics
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
@@ -148,16 +149,12 @@ def _descendant_names(event: Any) -> list[str]:
     return names
 
 
-def op_table(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], op_counts: tuple[OpCount, ...]) -> list[OpRow]:
-    """Run the forward once under ``torch.profiler`` and return one row per top-level op."""
-    device = model_device(model, call)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    ranges = _ModuleRanges(names)
-    with preserved(model), torch.no_grad(), failures_named(model, names, "profiling"):
-        ranges.install(model)
-        start_memory = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        with profile(activities=activities, record_shapes=True, profile_memory=True) as profiler:
-            call.run(model)
+def _profiled_pass(model: nn.Module, call: ModelCall, activities: list[ProfilerActivity], device: torch.device) -> tuple[list[tuple[Any, str]], list[tuple[int, int]], int]:
+    """One forward under ``torch.profiler``: its top-level ops with their modules, in order, the
+    memory events, and the memory allocated at the start."""
+    start_memory = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    with profile(activities=activities, record_shapes=True, profile_memory=True) as profiler:
+        call.run(model)
     ops, memory_events = [], []
     for event in profiler.events():
         # An op's own allocations and frees are charged to it (net), frees after ops to "[memory]"
@@ -171,13 +168,36 @@ def op_table(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], 
                 ops.append((event, module))
     ops.sort(key=lambda item: item[0].time_range.start)
     memory_events.sort()
-    times = [time for time, _ in memory_events]
+    return ops, memory_events, start_memory
+
+
+def op_table(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], op_counts: tuple[OpCount, ...], warm_up: int = 1, repeats: int = 1) -> list[OpRow]:
+    """One row per top-level op of the forward: ``warm_up`` untimed forwards, then ``repeats``
+    forwards under ``torch.profiler``; each op's time is its median over those, its shapes and
+    memory are the last pass's."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    device = model_device(model, call)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    ranges = _ModuleRanges(names)
+    with preserved(model), torch.no_grad(), failures_named(model, names, "profiling"):
+        ranges.install(model)
+        for _ in range(warm_up):
+            call.run(model)
+        passes = [_profiled_pass(model, call, activities, device) for _ in range(repeats)]
+    ops, memory_events, start_memory = passes[-1]
+
+    def seconds(event: Any) -> float:
+        return (event.device_time_total if device.type == "cuda" else event.cpu_time_total) / 1e6
+
+    same_ops = [p[0] for p in passes if [event.name for event, _ in p[0]] == [event.name for event, _ in ops]]
+    times = [statistics.median(seconds(run[i][0]) for run in same_ops) for i in range(len(ops))]
+    moments = [time for time, _ in memory_events]
     running = list(itertools.accumulate((delta for _, delta in memory_events), initial=start_memory))
     counts = _match_counts([(module, [event.name, *_descendant_names(event)]) for event, module in ops], op_counts)
     rows = []
-    for index, ((event, module), (macs, elementwise_flops)) in enumerate(zip(ops, counts)):
-        seconds = (event.device_time_total if device.type == "cuda" else event.cpu_time_total) / 1e6
-        before = running[bisect.bisect_left(times, event.time_range.start)]
-        after = running[bisect.bisect_right(times, event.time_range.end)]
-        rows.append(OpRow(index, module, event.name, tuple(event.input_shapes), macs, seconds, before, after, elementwise_flops))
+    for index, ((event, module), (macs, elementwise_flops), time_s) in enumerate(zip(ops, counts, times)):
+        before = running[bisect.bisect_left(moments, event.time_range.start)]
+        after = running[bisect.bisect_right(moments, event.time_range.end)]
+        rows.append(OpRow(index, module, event.name, tuple(event.input_shapes), macs, time_s, before, after, elementwise_flops))
     return rows

@@ -135,12 +135,13 @@ def flop_count_str(
     flops: FlopCountAnalysis,
     activations: Optional[ActivationCountAnalysis] = None,
     latency: Optional[Mapping[str, LatencyStats]] = None,
+    show_shapes: bool = False,
 ) -> str:
     """The model's ``repr`` with ``#params`` and ``#flops`` (and ``#acts``) on every module.
 
     Modules whose statistics are all zero are left out; modules never called show ``N/A``. With
     ``latency`` (``time_model(...).modules``), each module also shows its median latency and
-    achieved FLOP/s.
+    achieved FLOP/s; with ``show_shapes``, its output shapes (JIT backend).
     """
     model = flops._model
     columns = {"#params": dict(parameter_count(model))}
@@ -151,6 +152,8 @@ def flop_count_str(
     printed = _indicate_uncalled_modules(_pretty_statistics(stats, sig_figs=2), "#flops", flops_uncalled)
     if activations is not None:
         printed = _indicate_uncalled_modules(printed, "#acts", acts_uncalled)
+    if show_shapes:
+        _add_output_shapes(printed, flops)
     _add_latency(printed, columns["#flops"], latency)
     legend = UNCALLED_LEGEND + "\n" if flops_uncalled | acts_uncalled else ""
     return legend + _model_stats_str(model, printed)
@@ -212,6 +215,31 @@ def _model_stats_table(stats: ModuleStats, max_depth: int = 3, stat_columns: Opt
     return pipe_table(rows, headers=["module"] + columns)
 
 
+OUTPUT_SHAPE = "output shape"
+
+
+def _shapes_text(shapes: list[tuple[int, ...]]) -> str:
+    shown = ", ".join(str(list(shape)) for shape in shapes[:2])
+    return shown + (f" (+{len(shapes) - 2})" if len(shapes) > 2 else "")
+
+
+def _add_output_shapes(rows: dict[str, dict[str, str]], flops: FlopCountAnalysis) -> list[str]:
+    """Each module row gets its output shapes; the column name, for the table's column list."""
+    shapes = flops.output_shapes()
+    for name, row in rows.items():
+        row[OUTPUT_SHAPE] = _shapes_text(shapes.get(name, []))
+    return [OUTPUT_SHAPE]
+
+
+def _in_execution_order(printed: ModuleStats, flops: FlopCountAnalysis) -> ModuleStats:
+    """The rows with modules in the order the trace met them; each module's parameter rows stay
+    right after it, modules the trace did not meet keep their place after the others."""
+    ran = [name for scope in flops.scoped_trace().scopes() for name in scope.split("/")]
+    rank = {name: index for index, name in enumerate(dict.fromkeys(ran))}
+    position = {name: index for index, name in enumerate(printed)}
+    return dict(sorted(printed.items(), key=lambda item: (rank.get(item[0], len(rank)), position[item[0]])))
+
+
 def flop_count_table(
     flops: FlopCountAnalysis,
     max_depth: int = 3,
@@ -219,16 +247,21 @@ def flop_count_table(
     show_param_shapes: bool = True,
     show_convention: bool = True,
     latency: Optional[Mapping[str, LatencyStats]] = None,
+    module_order: str = "fvcore",
+    show_shapes: bool = False,
 ) -> str:
     """Parameters and flops (and activations) per module, as a table down to ``max_depth``.
 
     With ``show_param_shapes``, parameters appear as rows with their shapes. With
     ``show_convention``, a last line says what was counted. With ``latency``
     (``time_model(...).modules``), two more columns: median latency and achieved FLOP/s.
+    ``module_order``: ``"fvcore"`` lists modules with parameters first, as fvcore does;
+    ``"execution"`` lists siblings in the order the forward ran them (modules that ran no op last).
+    ``show_shapes`` adds each module's output shapes (JIT backend), as torchinfo does.
     """
     params_column = "#parameters" + (" or shape" if show_param_shapes else "")
     model = flops._model
-    columns = {params_column: dict(parameter_count(model))}
+    columns = {params_column: {"": 0, **parameter_count(model)}}  # a model without parameters shows 0
     columns.update(_analysis_columns(flops, activations, "#flops", "#activations"))
     stats = _remove_zero_statistics(_group_by_module(columns), require_trivial_children=True)
     printed = _pretty_statistics(stats)
@@ -242,8 +275,13 @@ def flop_count_table(
         else:
             del printed[name]
     modules = {name: row for name, row in printed.items() if name not in parameter_shapes}
+    shape_columns = _add_output_shapes(modules, flops) if show_shapes else []
     latency_columns = _add_latency(modules, columns["#flops"], latency)
-    table = _model_stats_table(printed, max_depth, list(columns) + latency_columns)
+    if module_order == "execution":
+        printed = _in_execution_order(printed, flops)
+    elif module_order != "fvcore":
+        raise ValueError(f"module_order must be 'fvcore' or 'execution', got {module_order!r}")
+    table = _model_stats_table(printed, max_depth, list(columns) + shape_columns + latency_columns)
     if show_convention:
         table += f"\n\nCounting convention: {flops.convention()}"
     return table

@@ -15,10 +15,11 @@ from .dispatch_trace import BackwardFn
 from .distributed import gather_profile
 from .flop_count import FlopCountAnalysis
 from .hierarchy import build_hierarchy
-from .jit_analysis import module_aliases
+from .jit_analysis import JitModelAnalysis, module_aliases
 from .model_io import ModelCall
 from .model_profile import ModelProfile, ProfileSummary, profile_convention
 from .op_table import op_table
+from .peak_flops import model_peak_flops
 from .timing import time_modules
 
 Progress = Callable[[Iterator[int], int, str], Iterator[int]]
@@ -58,23 +59,33 @@ def profile_model(
     """Count (by trace) and time (eagerly) ``model`` on one call, into one :class:`ModelProfile`.
 
     ``repeats`` timed iterations follow ``warm_up`` untimed ones (none with ``timed=False``:
-    counts only, which also works on the meta device); with ``with_ops`` a further forward runs
-    under ``torch.profiler`` for the per-op table. ``backend`` picks the counting front end
+    counts only, which also works on the meta device); with ``with_ops`` as many further forwards
+    run under ``torch.profiler`` for the per-op table (op times are their medians). ``backend`` picks the counting front end
     (``"jit"`` or ``"dispatch"``, see :class:`~jitflops.JitModelAnalysis`). With ``backward`` (True, or a callable that runs
     the backward from the output), the backward pass's MACs are measured by the dispatch backend
-    and reported beside the forward's. ``peak_flops`` (FLOP/s) is what MFU is measured against.
+    and reported beside the forward's. ``peak_flops`` (FLOP/s) is what MFU is measured against; by
+    default the device's (:mod:`jitflops.peak_flops`: datasheets for GPUs, a GEMM probe on a CPU).
     """
     call = ModelCall.from_user(inputs, kwargs)
     flops, activations = count_model(model, call, elementwise, backend)
     names = module_aliases(model)
     timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed else None
-    rows = tuple(op_table(model, call, names, flops.op_counts())) if with_ops else ()
+    rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats)) if with_ops else ()
     root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules)
     summary = ProfileSummary.of(
         root, model, call, model_parallel_size,
         forward=timing.forward if timing else None,
         timing_overhead=timing.overhead if timing else None,
         backward_macs=measure_backward_macs(model, call, backward) if backward else None,
-        peak_flops=peak_flops,
+        peak_flops=peak_flops if peak_flops is not None or not timed else model_peak_flops(model, call),
     )
     return gather_profile(ModelProfile(root, summary, profile_convention(elementwise), rows, timing.spans if timing else (), None, flops, activations))
+
+
+def profile_of_analysis(analysis: JitModelAnalysis) -> ModelProfile:
+    """An untimed profile of what an analysis counted (FLOPs, or activations), for reports."""
+    flops = analysis if isinstance(analysis, FlopCountAnalysis) else None
+    activations = analysis if isinstance(analysis, ActivationCountAnalysis) else None
+    root = build_hierarchy(analysis._model, flops, activations)
+    summary = ProfileSummary.of(root, analysis._model, analysis._call, 1, forward=None)
+    return ModelProfile(root, summary, profile_convention(bool(flops and flops.counts_elementwise)), (), (), None, flops, activations)

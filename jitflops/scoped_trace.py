@@ -118,6 +118,38 @@ class ScopedTrace:
     def operations(self) -> Iterator[tuple[str, TracedOp]]:
         return iter(self.ops)
 
+    def module_output_shapes(self) -> dict[str, list[tuple[int, ...]]]:
+        """The shapes of the tensors each module returned, read from the graph: a value an op of a
+        module's call made, and that is used outside that call (or returned by the model), left
+        the module. Graph bookkeeping between ops (lists, tuples) is looked through."""
+        scope_of = {node: scope for _, (node, scope) in self.ops}
+
+        def users(value: "torch._C.Value") -> list[Optional[str]]:
+            """The scopes of the ops that use ``value`` (None: the model's output)."""
+            found: list[Optional[str]] = []
+            for use in value.uses():
+                user = use.user
+                if user in scope_of:
+                    found.append(scope_of[user])
+                elif user.kind() == "prim::Return":
+                    found.append(None)
+                else:
+                    found.extend(scope for output in user.outputs() for scope in users(output))
+            return found
+
+        shapes: dict[str, dict[str, tuple[int, ...]]] = {}
+        for _, (node, scope) in self.ops:
+            for output in node.outputs():
+                kind = output.type()
+                sizes = kind.sizes() if isinstance(kind, torch._C.TensorType) else None
+                if sizes is None:
+                    continue
+                used_in = [user.split("/") if user is not None else None for user in users(output)]
+                for module in scope.split("/"):
+                    if any(path is None or module not in path for path in used_in):
+                        shapes.setdefault(module, {})[output.debugName()] = tuple(sizes)
+        return {module: list(found.values()) for module, found in shapes.items()}
+
     def replay_warnings(self, mode: str) -> None:
         """Show the warnings raised while tracing, filtered by the tracer-warning mode (fvcore shows
         them whenever it traces; a kept trace shows them whenever it is counted)."""

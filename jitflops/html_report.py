@@ -1,0 +1,276 @@
+"""The HTML report: one self-contained page (no network, works offline) to open and share.
+
+* a zoomable icicle of the module tree: click a box to focus it, the breadcrumb goes back; every
+  box shows its name, type and share of the metric;
+* a metric switch (FLOPs, MACs, parameters, latency, activations, FLOP/s, MFU) that sizes and
+  colours the boxes, with a legend and a scale; modules never called, or without a value for the
+  metric, are hatched grey;
+* a details panel: the module's parameters, MACs, FLOPs, activations, latency, FLOP/s, MFU and its
+  top ops;
+* a roofline: each timed module by arithmetic intensity (FLOPs per byte of the parameters and
+  activations it touches) against achieved FLOP/s, under the roofs of the peak FLOP/s and the
+  memory bandwidth.
+
+The page carries the profile's JSON document (:func:`jitflops.export.profile_to_dict`) and draws it
+with a small script. Importing this module gives profiles and analyses a ``_repr_html_`` (the
+same report, inline in a notebook): the data classes do not import their reports, the report
+attaches itself (``jitflops`` imports it).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import uuid
+from typing import Any, Optional
+
+from .export import profile_to_dict
+from .file_output import write_text
+from .jit_analysis import JitModelAnalysis
+from .model_profile import ModelProfile
+
+METRICS = {
+    "flops": "FLOPs",
+    "macs": "MACs",
+    "params": "parameters",
+    "latency": "latency (s)",
+    "activations": "activations",
+    "flops_per_second": "FLOP/s",
+    "mfu": "MFU",
+}
+
+_STYLE = """
+.jf{font-family:system-ui,sans-serif;font-size:13px;color:#222;max-width:1280px}
+.jf h2{font-size:18px;margin:4px 0}
+.jf .bar{display:flex;gap:16px;align-items:center;margin:8px 0;flex-wrap:wrap}
+.jf .crumbs span{cursor:pointer;color:#1a5fb4;text-decoration:underline}
+.jf .crumbs span.here{color:#222;text-decoration:none;cursor:default}
+.jf .main{display:flex;gap:12px;align-items:flex-start}
+.jf svg{background:#fff;border:1px solid #ccc;display:block}
+.jf .box{cursor:pointer}
+.jf .box text{pointer-events:none;font-size:11px}
+.jf .box.selected rect{stroke:#000;stroke-width:2}
+.jf .details{min-width:300px;max-width:340px;border:1px solid #ccc;padding:8px;background:#fafafa}
+.jf .details table{border-collapse:collapse;width:100%}
+.jf .details td{padding:2px 4px;border-bottom:1px solid #eee}
+.jf .details td.v{text-align:right;font-variant-numeric:tabular-nums}
+.jf .legend{display:flex;align-items:center;gap:6px}
+.jf .ramp{width:160px;height:12px;background:linear-gradient(to right,rgb(255,245,200),rgb(200,30,30))}
+.jf .swatch{width:14px;height:12px;display:inline-block;background:repeating-linear-gradient(45deg,#ddd 0 3px,#bbb 3px 6px)}
+.jf .note{color:#555;margin:6px 0}
+"""
+
+_SCRIPT = r"""
+(function(root, data){
+  const $ = (sel) => root.querySelector(sel);
+  const mods = data.modules, byName = {};
+  mods.forEach(m => { byName[m.name] = m; m.children = []; });
+  mods.forEach(m => { if (m.name !== "") { const parent = m.name.includes(".") ? m.name.slice(0, m.name.lastIndexOf(".")) : ""; (byName[parent] || byName[""]).children.push(m); } });
+  const labels = data.metrics;
+  const units = {flops: "", macs: "", params: "", latency: "s", activations: "", flops_per_second: "FLOP/s", mfu: ""};
+  function value(m, metric){
+    if (metric === "latency") return m.latency ? m.latency.median_s : null;
+    if (metric === "mfu") return m.mfu;
+    if (metric === "flops_per_second") return m.flops_per_second;
+    return m[metric];
+  }
+  function fmt(v, metric){
+    if (v === null || v === undefined) return "n/a";
+    if (metric === "mfu") return (100 * v).toFixed(2) + "%";
+    if (metric === "latency") return v >= 1 ? v.toFixed(3) + " s" : v >= 1e-3 ? (v * 1e3).toFixed(3) + " ms" : (v * 1e6).toFixed(1) + " us";
+    const a = Math.abs(v);
+    for (const [s, d] of [["T", 1e12], ["G", 1e9], ["M", 1e6], ["K", 1e3]]) if (a >= d) return (v / d).toFixed(2) + " " + s + (units[metric] || "");
+    return (Number.isInteger(v) ? v.toLocaleString("en") : v.toPrecision(3)) + (units[metric] ? " " + units[metric] : "");
+  }
+  function colour(share){
+    share = Math.max(0, Math.min(1, share));
+    return "rgb(" + Math.round(255 - 55 * share) + "," + Math.round(245 - 215 * share) + "," + Math.round(200 - 170 * share) + ")";
+  }
+  let metric = data.default_metric, focus = byName[""], selected = focus;
+  const svg = $(".icicle"), width = 900, rowHeight = 34;
+  function depthBelow(m){ return 1 + Math.max(0, ...m.children.map(depthBelow)); }
+  function draw(){
+    const depth = depthBelow(focus), height = depth * rowHeight;
+    svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+    svg.setAttribute("height", height);
+    svg.innerHTML = "";
+    const total = value(focus, metric);
+    const additive = !["flops_per_second", "mfu"].includes(metric);
+    let best = 0;
+    (function scan(m){ const v = value(m, metric); if (v) best = Math.max(best, v); m.children.forEach(scan); })(focus);
+    function place(m, x, w, level){
+      const v = value(m, metric), missing = !m.called || v === null || v === undefined;
+      const g = document.createElementNS("http://www.w3.org/2000/svg", "g");
+      g.setAttribute("class", "box" + (missing ? " no-value" : "") + (m === selected ? " selected" : ""));
+      g.setAttribute("data-name", m.name);
+      const r = document.createElementNS("http://www.w3.org/2000/svg", "rect");
+      r.setAttribute("x", x.toFixed(2)); r.setAttribute("y", level * rowHeight);
+      r.setAttribute("width", Math.max(w - 1, 0.5).toFixed(2)); r.setAttribute("height", rowHeight - 2);
+      r.setAttribute("fill", missing ? "url(#" + data.id + "-hatch)" : colour(best ? v / best : 0));
+      r.setAttribute("stroke", "#666"); r.setAttribute("stroke-width", "0.4");
+      g.appendChild(r);
+      const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+      title.textContent = (m.name || "model") + " (" + m.type + "): " + labels[metric] + " " + fmt(v, metric) + (m.called ? "" : " (not called)");
+      g.appendChild(title);
+      if (w > 40) {
+        const t = document.createElementNS("http://www.w3.org/2000/svg", "text");
+        const dark = !missing && best && v / best > 0.6;
+        t.setAttribute("x", x + 3); t.setAttribute("y", level * rowHeight + 13);
+        t.setAttribute("fill", dark ? "#fff" : "#111");
+        const share = additive && total ? " " + (100 * (v || 0) / total).toFixed(1) + "%" : " " + fmt(v, metric);
+        const name = m.name === "" ? "model" : m.name.slice(m.name.lastIndexOf(".") + 1);
+        const line1 = document.createElementNS("http://www.w3.org/2000/svg", "tspan");
+        line1.textContent = name + share;
+        const line2 = document.createElementNS("http://www.w3.org/2000/svg", "tspan");
+        line2.setAttribute("x", x + 3); line2.setAttribute("dy", 13); line2.setAttribute("fill", dark ? "#eee" : "#444");
+        line2.textContent = m.type;
+        t.appendChild(line1); t.appendChild(line2);
+        const clip = Math.floor((w - 6) / 6.2);
+        if (clip < name.length + share.length) line1.textContent = (name + share).slice(0, Math.max(clip, 1));
+        if (clip < m.type.length) line2.textContent = m.type.slice(0, Math.max(clip, 1));
+        g.appendChild(t);
+      }
+      g.addEventListener("click", (event) => { event.stopPropagation(); selected = m; if (m.children.length) focus = m; render(); });
+      svg.appendChild(g);
+      const kids = m.children;
+      const weights = kids.map(c => additive ? Math.max(value(c, metric) || 0, 0) : (c.flops || 0));
+      const sum = weights.reduce((a, b) => a + b, 0);
+      const sliver = kids.length ? Math.min(w * 0.03 / kids.length, 6) : 0;
+      const slivers = weights.filter(z => !z).length * sliver;
+      let offset = x;
+      kids.forEach((c, i) => {
+        const cw = sum ? (weights[i] ? (w - slivers) * weights[i] / sum : sliver) : w / kids.length;
+        place(c, offset, cw, level + 1);
+        offset += cw;
+      });
+    }
+    const defs = document.createElementNS("http://www.w3.org/2000/svg", "defs");
+    defs.innerHTML = '<pattern id="' + data.id + '-hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#e4e4e4"/><line x1="0" y1="0" x2="0" y2="6" stroke="#b0b0b0" stroke-width="3"/></pattern>';
+    svg.appendChild(defs);
+    place(focus, 0, width, 0);
+    $(".legend-label").textContent = labels[metric] + ": " + fmt(best ? 0 : null, metric).replace("n/a", "0") + " to " + fmt(best || null, metric);
+  }
+  function crumbs(){
+    const bar = $(".crumbs"); bar.innerHTML = "";
+    const parts = focus.name === "" ? [""] : ["", ...focus.name.split(".").map((_, i, a) => a.slice(0, i + 1).join("."))];
+    parts.forEach((name, i) => {
+      const s = document.createElement("span");
+      s.textContent = name === "" ? "model" : name.slice(name.lastIndexOf(".") + 1);
+      s.setAttribute("data-name", name);
+      if (i === parts.length - 1) s.className = "here"; else s.addEventListener("click", () => { focus = byName[name]; selected = focus; render(); });
+      bar.appendChild(s);
+      if (i < parts.length - 1) bar.appendChild(document.createTextNode(" › "));
+    });
+  }
+  function details(){
+    const m = selected, rows = [["module", m.name || "(model)"], ["type", m.type], ["called", m.called ? "yes" : "no"]];
+    ["params", "macs", "flops", "activations"].forEach(k => rows.push([labels[k], m[k].toLocaleString("en")]));
+    ["latency", "flops_per_second", "mfu"].forEach(k => rows.push([labels[k], fmt(value(m, k), k)]));
+    const ops = Object.entries(m.macs_by_op).concat(Object.entries(m.elementwise_flops_by_op)).sort((a, b) => b[1] - a[1]).slice(0, 5);
+    let text = "<b>" + (m.name || "model") + "</b><table>" + rows.map(r => "<tr><td>" + r[0] + '</td><td class="v">' + String(r[1]).replace(/</g, "&lt;") + "</td></tr>").join("") + "</table>";
+    text += "<p><b>top ops</b> (MACs; elementwise: flops)</p><table class='ops'>" + (ops.length ? ops.map(o => "<tr><td>" + o[0] + '</td><td class="v">' + fmt(o[1], "macs") + "</td></tr>").join("") : "<tr><td>none counted</td></tr>") + "</table>";
+    $(".details").innerHTML = text;
+  }
+  function roofline(){
+    const view = $(".roofline"), w = 900, h = 420, pad = 56;
+    view.innerHTML = "";
+    const points = mods.filter(m => m.flops_per_second && m.bytes > 0 && m.flops > 0).map(m => ({m: m, x: m.flops / m.bytes, y: m.flops_per_second}));
+    const peak = data.peak_flops, bandwidth = data.memory_bandwidth;
+    $(".roof-note").textContent = points.length ? ("peak " + fmt(peak, "flops_per_second") + ", memory bandwidth " + fmt(bandwidth, "macs") + "B/s; the ridge at " + (peak / bandwidth).toFixed(1) + " FLOP/byte") : "No module was timed: profile with timing to see the roofline.";
+    if (!points.length) return;
+    const xs = points.map(p => p.x).concat([peak / bandwidth]), ys = points.map(p => p.y).concat([peak]);
+    const x0 = Math.log10(Math.min(...xs)) - 0.5, x1 = Math.log10(Math.max(...xs)) + 0.5;
+    const y0 = Math.log10(Math.min(...ys)) - 0.5, y1 = Math.log10(Math.max(...ys)) + 0.3;
+    const X = v => pad + (Math.log10(v) - x0) / (x1 - x0) * (w - 2 * pad), Y = v => h - pad - (Math.log10(v) - y0) / (y1 - y0) * (h - 2 * pad);
+    let s = '<line x1="' + pad + '" y1="' + (h - pad) + '" x2="' + (w - pad) + '" y2="' + (h - pad) + '" stroke="#333"/><line x1="' + pad + '" y1="' + pad + '" x2="' + pad + '" y2="' + (h - pad) + '" stroke="#333"/>';
+    s += '<text x="' + (w / 2) + '" y="' + (h - 16) + '" text-anchor="middle">arithmetic intensity (FLOPs per byte of parameters and activations, log)</text>';
+    s += '<text x="14" y="' + (h / 2) + '" transform="rotate(-90 14 ' + (h / 2) + ')" text-anchor="middle">achieved FLOP/s (log)</text>';
+    const ridge = peak / bandwidth, left = Math.pow(10, x0), right = Math.pow(10, x1);
+    s += '<polyline class="roof" fill="none" stroke="#c01c28" stroke-width="2" points="' + X(left) + "," + Y(Math.max(bandwidth * left, Math.pow(10, y0))) + " " + X(ridge) + "," + Y(peak) + " " + X(right) + "," + Y(peak) + '"/>';
+    points.forEach(p => {
+      const bound = p.x < ridge ? "memory-bound" : "compute-bound";
+      s += '<circle class="point ' + bound + '" data-name="' + p.m.name + '" cx="' + X(p.x) + '" cy="' + Y(p.y) + '" r="4" fill="' + (bound === "memory-bound" ? "#1a5fb4" : "#e66100") + '" fill-opacity="0.7"><title>' + (p.m.name || "model") + " (" + p.m.type + "): " + p.x.toFixed(2) + " FLOP/byte, " + fmt(p.y, "flops_per_second") + ", " + bound + "</title></circle>";
+    });
+    view.setAttribute("viewBox", "0 0 " + w + " " + h);
+    view.innerHTML = s;
+  }
+  function render(){ draw(); crumbs(); details(); }
+  $(".metric").value = metric;
+  $(".metric").addEventListener("change", (e) => { metric = e.target.value; render(); });
+  $(".view").addEventListener("change", (e) => {
+    const tree = e.target.value === "tree";
+    $(".tree-view").style.display = tree ? "" : "none"; $(".roof-view").style.display = tree ? "none" : "";
+    if (!tree) roofline();
+  });
+  render();
+})(document.getElementById(__ROOT__), __DATA__);
+"""
+
+
+def _page_data(profile: ModelProfile, root_id: str, memory_bandwidth: Optional[float]) -> dict[str, Any]:
+    document = profile_to_dict(profile)
+    element_bytes = profile.summary.element_bytes
+    for module in document["modules"]:
+        module["bytes"] = (module["params"] + module["activations"]) * element_bytes
+    timed = profile.summary.forward is not None
+    return {
+        "id": root_id,
+        "modules": document["modules"],
+        "metrics": METRICS,
+        "default_metric": "latency" if timed else "flops",
+        "peak_flops": profile.summary.peak_flops,
+        "memory_bandwidth": memory_bandwidth,
+    }
+
+
+def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = None, fragment: bool = False) -> str:
+    """The report as a page (or, with ``fragment``, as an element for a notebook cell).
+
+    ``memory_bandwidth`` (bytes/s) sets the roofline's slanted roof; by default it is measured on
+    the profile's device (:func:`jitflops.peak_flops.memory_bandwidth`) when modules were timed.
+    """
+    from .peak_flops import memory_bandwidth as measured_bandwidth
+
+    summary = profile.summary
+    if memory_bandwidth is None and summary.forward is not None:
+        memory_bandwidth = measured_bandwidth(summary.device)
+    root_id = f"jitflops-{uuid.uuid4().hex[:8]}"
+    data = json.dumps(_page_data(profile, root_id, memory_bandwidth)).replace("</", "<\\/")
+    options = "".join(f'<option value="{key}">{html.escape(label)}</option>' for key, label in METRICS.items())
+    timing = (
+        f"forward {summary.forward.median * 1e3:.3f} ms (median of {len(summary.forward.samples)} runs) on {html.escape(summary.device)}"
+        if summary.forward is not None else "not timed: latency, FLOP/s, MFU and the roofline need a timed profile"
+    )
+    body = (
+        f'<div class="jf" id="{root_id}"><style>{_STYLE}</style>'
+        f"<h2>{html.escape(profile.root.type_name)}: {summary.macs:,} MACs, {summary.flops:,} FLOPs, {summary.params:,} params</h2>"
+        f'<div class="note">{timing}. Counting convention: {html.escape(profile.convention)}.</div>'
+        '<div class="bar"><label>metric <select class="metric">' + options + "</select></label>"
+        '<label>view <select class="view"><option value="tree">module tree</option><option value="roofline">roofline</option></select></label>'
+        '<span class="legend"><span class="legend-label"></span><span class="ramp"></span><span class="swatch"></span> not called / no value</span></div>'
+        '<div class="tree-view"><div class="crumbs"></div><div class="main"><svg class="icicle" width="900" preserveAspectRatio="none"></svg><div class="details"></div></div>'
+        '<div class="note">Box width: the module\'s share of its parent for the metric (FLOPs for FLOP/s and MFU); colour: its value, light to dark. Click a box to focus it and see its details.</div></div>'
+        '<div class="roof-view" style="display:none"><svg class="roofline" width="900" height="420"></svg><div class="note roof-note"></div></div>'
+        f"<script>{_SCRIPT.replace('__ROOT__', json.dumps(root_id)).replace('__DATA__', data)}</script></div>"
+    )
+    if fragment:
+        return body
+    return f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>jitflops: {html.escape(profile.root.type_name)}</title></head><body>{body}</body></html>"
+
+
+def write_html(profile: ModelProfile, path: str, memory_bandwidth: Optional[float] = None) -> None:
+    write_text(path, profile_to_html(profile, memory_bandwidth))
+
+
+def _profile_cell(profile: ModelProfile) -> str:
+    return profile_to_html(profile, fragment=True)
+
+
+def _analysis_cell(analysis: JitModelAnalysis) -> str:
+    from .profile import profile_of_analysis
+
+    return profile_to_html(profile_of_analysis(analysis), fragment=True)
+
+
+ModelProfile._repr_html_ = _profile_cell  # type: ignore[attr-defined]
+JitModelAnalysis._repr_html_ = _analysis_cell  # type: ignore[attr-defined]

@@ -1,0 +1,1 @@
+"""Callbacks for the training loops people use: ``transformers.Trainer`` and Lightning."""
