@@ -138,7 +138,7 @@ class JitModelAnalysis:
                 ``DataDependentTraceWarning`` names the module and source line.
             compute: with the JIT backend, whether the trace computes on the real values: ``None``
                 (default) traces on values without data (``meta``) where that is cheaper (all but
-                small models) and falls back to real values where the model needs them; ``True``
+                small calls) and falls back to real values where the model needs them; ``True``
                 always computes; ``False`` never does (and raises where the model needs values).
                 The counts are the same.
         """

@@ -10,30 +10,54 @@ the CPU inside ``forward`` and mixed with the inputs, ops without a meta kernel,
 parameters. Those fail on meta and are traced again on real values, with identical results; the
 reason is logged at debug level.
 
-Convolutions need real values. While the JIT tracer runs, tensor sizes read in Python are traced
-tensors, and torch's Python meta kernel for convolution compares sizes: it fails (``cond must be a
-bool, but got a Tensor``). Run with the tracing state suspended, the kernel works, but the tracer
-then loses the op: its output becomes a constant in the graph. Models with convolution modules are
-therefore traced on real values from the start (a functional convolution fails and falls back),
-and a meta trace in which a value became a tensor constant is not trusted.
+Convolutions are traced on meta values through a kernel of jitflops'. torch's meta kernel for
+``aten::convolution`` is Python code that compares sizes, and under the JIT tracer sizes read in
+Python are traced tensors, so it fails (``cond must be a bool, but got a Tensor``); and the tracer
+does not record ``aten::convolution`` (it records ``aten::_convolution``, which the CPU and CUDA
+kernels call, but the meta kernel does not). For the duration of a meta trace, the meta kernel of
+``aten::convolution`` is one that calls ``aten::_convolution``: the tracer records the same node as
+on real values, and no Python code reads sizes. A meta trace in which a value became a tensor
+constant (an op the tracer did not record) is not trusted and falls back to real values.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Optional
+import warnings
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import torch
 from torch import nn
-from torch.nn.modules.conv import _ConvNd
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils import _pytree as pytree
 
 from .model_io import ModelCall, is_stateful
 
-COMPUTE_BELOW_ELEMENTS = 2_000_000
-"""Models with fewer parameter elements are traced on real values by default: computing them
-costs less than the per-op overhead of meta kernels (``tools/bench.py`` measures both)."""
+COMPUTE_BELOW_WORK = 1e10
+"""Calls estimated below this many parameter-tokens (a dense model does about 2 x parameters x
+tokens FLOPs: 1e10 is some 20 GFLOP, a fraction of a second on a CPU) are traced on real values by
+default: computing them costs less than copying the model and running meta kernels
+(``tools/bench.py`` measures both)."""
+
+def _convolution_on_meta(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int], padding: list[int],
+                         dilation: list[int], transposed: bool, output_padding: list[int], groups: int) -> torch.Tensor:
+    """``aten::convolution`` for meta tensors, as the CPU kernel runs it: through ``aten::_convolution``."""
+    return torch.ops.aten._convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, False, False, True, True)
+
+
+@contextmanager
+def convolutions_traceable_on_meta() -> Iterator[None]:
+    """For the body, meta convolutions run :func:`_convolution_on_meta` (see the module's docstring)."""
+    library = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():  # torch says a kernel is overridden: for this trace only
+            warnings.simplefilter("ignore")
+            library.impl("convolution", _convolution_on_meta, "Meta")
+        yield
+    finally:
+        library._destroy()
+
 
 def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[int, torch.Tensor]) -> torch.Tensor:
     """A tensor like ``tensor`` on ``device``, without values (a Parameter stays a Parameter); one
@@ -51,8 +75,6 @@ def _plain(tensor: torch.Tensor) -> bool:
 def meta_blocker(model: nn.Module, call: ModelCall) -> Optional[str]:
     """Why ``model`` cannot be traced on meta values with ``call`` (None: it can try)."""
     for name, module in model.named_modules():
-        if isinstance(module, _ConvNd):
-            return f"{name or 'the model'} is a convolution ({type(module).__name__}), whose meta kernel fails under the JIT tracer"
         if isinstance(module, nn.MultiheadAttention):
             return f"{name or 'the model'} is a MultiheadAttention, whose fused eval path runs for CPU and CUDA tensors only"
     for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
@@ -66,11 +88,19 @@ def meta_blocker(model: nn.Module, call: ModelCall) -> Optional[str]:
     return None
 
 
-def computes_by_default(model: nn.Module) -> bool:
-    """Whether to trace on real values unless asked otherwise: small models
-    (``COMPUTE_BELOW_ELEMENTS``), where computing costs less than meta kernels, and lazy ones."""
-    parameters = list(model.parameters())
-    return any(isinstance(p, UninitializedTensorMixin) for p in parameters) or sum(p.numel() for p in parameters) < COMPUTE_BELOW_ELEMENTS
+def estimated_work(model: nn.Module, call: ModelCall) -> int:
+    """Parameters x tokens: the tokens of the largest input (token ids: its elements; other inputs:
+    its elements over its last dimension, the features)."""
+    tokens = max((t.numel() if not t.is_floating_point() else t.numel() // max(t.shape[-1], 1) for t in call.tensors() if t.dim()), default=1)
+    return sum(p.numel() for p in model.parameters()) * tokens
+
+
+def computes_by_default(model: nn.Module, call: ModelCall) -> bool:
+    """Whether to trace on real values unless asked otherwise: small calls (``COMPUTE_BELOW_WORK``),
+    where computing costs less than meta kernels, and lazy modules."""
+    if any(isinstance(p, UninitializedTensorMixin) for p in model.parameters()):
+        return True
+    return estimated_work(model, call) < COMPUTE_BELOW_WORK
 
 
 def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta") -> tuple[nn.Module, ModelCall, dict[nn.Module, nn.Module]]:

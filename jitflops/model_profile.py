@@ -94,7 +94,7 @@ class ProfileSummary:
             macs=root.macs,
             flops=root.flops,
             device=str(model_device(model, call)) if call else "cpu",
-            element_bytes=next((p.element_size() for p in model.parameters() if p.is_floating_point()), 4),
+            element_bytes=next((p.dtype.itemsize for p in model.parameters() if p.dtype.is_floating_point), 4),
             **measured,
         )
 

@@ -98,7 +98,7 @@ def peak_flops(device: torch.device, dtype: torch.dtype) -> Optional[float]:
 def model_peak_flops(model: torch.nn.Module, call: ModelCall) -> Optional[float]:
     """Peak FLOP/s for where and in what the model computes: its device, and the dtype of its
     first floating-point parameter (else input)."""
-    floating = [t for t in [*model.parameters(), *call.tensors()] if t.is_floating_point()]
+    floating = [t for t in [*model.parameters(), *call.tensors()] if t.dtype.is_floating_point]
     return peak_flops(model_device(model, call), floating[0].dtype) if floating else None
 
 

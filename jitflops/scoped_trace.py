@@ -42,7 +42,7 @@ from torch import nn
 from torch.jit import TracerWarning
 
 from .errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
-from .meta_values import MATERIALISE_META_BYTES, computes_by_default, empty_copy, holds_meta, lost_values, meta_blocker, size_in_bytes
+from .meta_values import MATERIALISE_META_BYTES, computes_by_default, convolutions_traceable_on_meta, empty_copy, holds_meta, lost_values, meta_blocker, size_in_bytes
 from .model_guard import preserved
 from .model_io import FlatCall, ModelCall
 from .records import JitOpRecord, OpRecord, node_inputs, node_outputs
@@ -439,11 +439,11 @@ def trace_with_scopes(
 
     ``compute``: ``False`` traces on values without data (``meta``, see :mod:`jitflops.meta_values`)
     and raises where the model needs real values; ``True`` traces on the real values; ``None``
-    (default) traces on meta values where that costs less (all but small models), falling back to
+    (default) traces on meta values where that costs less (all but small calls), falling back to
     real values where the model needs them. The counts are the same either way.
     """
     forced = compute is False
-    if not (computes_by_default(model) if compute is None else compute):
+    if not (computes_by_default(model, call) if compute is None else compute):
         blocker = meta_blocker(model, call)
         if blocker is None:
             try:
@@ -471,7 +471,8 @@ def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], s
     """The trace of a copy of the model whose tensors have no values, on ``device``."""
     twin, twin_call, copies = empty_copy(model, call, device)
     twin_aliases = {copies.get(module, module): name for module, name in aliases.items()}
-    trace = _trace_with_scopes(twin, twin_call, twin_aliases, strict, marker_scopes)
+    with convolutions_traceable_on_meta():
+        trace = _trace_with_scopes(twin, twin_call, twin_aliases, strict, marker_scopes)
     lost = lost_values(trace.graph, twin)
     if lost:
         raise JitflopsError(f"the tracer did not record the ops that made {', '.join(lost[:3])}: they became constants")

@@ -90,7 +90,7 @@ class TrainingRun:
 
     def start(self, model: nn.Module) -> None:
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
-        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+        dtype = next((p.dtype for p in model.parameters() if p.dtype.is_floating_point), torch.float32)
         self.timer = StepTimer(device)
         if self.peak_flops is None:
             self.peak_flops = peak_flops(device, dtype)

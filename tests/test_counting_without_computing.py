@@ -13,7 +13,8 @@ from torch import nn
 
 from jitflops import ActivationCountAnalysis, DataDependentTraceWarning, FlopCountAnalysis, JitflopsError
 from jitflops.examples import ConvNet
-from jitflops.meta_values import COMPUTE_BELOW_ELEMENTS
+from jitflops.model_io import ModelCall
+from jitflops.meta_values import COMPUTE_BELOW_WORK, estimated_work
 
 from helpers import assert_same_state, model_state
 
@@ -33,12 +34,12 @@ def _bert() -> nn.Module:
     return transformers.BertModel(config).eval()
 
 
-IDS = torch.randint(0, 30522, (2, 32))
+IDS = torch.randint(0, 30522, (8, 512))
 
 
 def test_a_large_model_is_counted_on_meta_values_with_the_counts_of_real_ones():
     model = _bert()
-    assert sum(p.numel() for p in model.parameters()) > COMPUTE_BELOW_ELEMENTS
+    assert estimated_work(model, ModelCall((IDS,))) > COMPUTE_BELOW_WORK
     seen = _seen_devices(model)
     before = model_state(model)
     default = FlopCountAnalysis(model, IDS)
@@ -51,20 +52,21 @@ def test_a_large_model_is_counted_on_meta_values_with_the_counts_of_real_ones():
     assert_same_state(before, model_state(model))
 
 
-def test_a_small_model_computes_unless_asked_not_to():
+def test_a_small_call_computes_unless_asked_not_to_and_convolutions_trace_on_meta():
     model = ConvNet().eval()
     x = torch.randn(2, 3, 16, 16)
     seen = _seen_devices(model)
-    FlopCountAnalysis(model, x).total()
+    real = FlopCountAnalysis(model, x).by_module_and_operator()
     assert seen == ["cpu"]
-    with pytest.raises(JitflopsError, match="convolution .*Conv2d.*meta kernel fails under the JIT tracer"):
-        FlopCountAnalysis(model, x, compute=False).total()
+    assert FlopCountAnalysis(model, x, compute=False).by_module_and_operator() == real and seen == ["cpu", "meta"]
+    transposed = nn.Sequential(nn.Conv2d(3, 8, 3, padding="same"), nn.ConvTranspose2d(8, 4, 3, stride=2), nn.Flatten())
+    assert FlopCountAnalysis(transposed, x, compute=False).by_module_and_operator() == FlopCountAnalysis(transposed, x, compute=True).by_module_and_operator()
 
 
 class DataDependent(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.linear = nn.Linear(1500, 1500)
+        self.linear = nn.Linear(1024, 1024)
 
     def forward(self, x):
         y = self.linear(x)
@@ -74,7 +76,7 @@ class DataDependent(nn.Module):
 class MixesACpuConstant(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.linear = nn.Linear(1500, 1500)
+        self.linear = nn.Linear(1024, 1024)
 
     def forward(self, x):
         return self.linear(x) + torch.ones(x.shape[-1])  # made on the CPU whatever the inputs' device
@@ -83,7 +85,8 @@ class MixesACpuConstant(nn.Module):
 @pytest.mark.parametrize("model_class, reason", [(DataDependent, "Tensor.item"), (MixesACpuConstant, "")])
 def test_models_that_need_real_values_fall_back_with_the_same_counts(model_class, reason, caplog):
     model = model_class().eval()
-    x = torch.randn(4, 1500)
+    x = torch.randn(16384, 1024)
+    assert estimated_work(model, ModelCall((x,))) > COMPUTE_BELOW_WORK
     with caplog.at_level(logging.DEBUG, logger="jitflops.scoped_trace"), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         default = FlopCountAnalysis(model, x).by_module_and_operator()

@@ -53,14 +53,13 @@ def test_chrome_trace_has_one_span_per_module_call(profile, tmp_path):
     assert all(root["ts"] <= e["ts"] and e["ts"] + e["dur"] <= root["ts"] + root["dur"] + 1e-3 for e in events)
 
 
-@pytest.mark.parametrize("colour_by", ["flops_per_second", "latency"])
-def test_html_icicle(profile, tmp_path, colour_by):
+def test_html_report_is_one_offline_file_with_every_module(profile, tmp_path):
     path = tmp_path / "report.html"
-    write_html(profile, str(path), colour_by=colour_by)
+    write_html(profile, str(path))
     page = path.read_text()
-    assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "http" not in page.split("<svg")[1].split("xmlns")[0]
-    assert page.count("<rect") == sum(1 for _ in profile.root.walk())
-    assert "stem.0 (Conv2d)" in page
+    assert page.startswith("<!DOCTYPE html>") and "<script src" not in page and "<link" not in page
+    for node in profile.root.walk():
+        assert f'"name": "{node.name}"' in page  # the drawing is tested in Chromium: test_html_report.py
 
 
 def test_write_is_atomic(tmp_path):

@@ -72,11 +72,6 @@ def _width(page, name) -> float:
     return float(_box(page, name).find_element(By.TAG_NAME, "rect").get_attribute("width"))
 
 
-def test_the_page_is_one_offline_file(profile):
-    text = profile_to_html(profile)
-    assert "<script src" not in text and "<link" not in text and "@import" not in text and "url(http" not in text
-
-
 def test_boxes_show_name_type_and_share_and_uncalled_modules_look_different(page, profile):
     boxes = page.find_elements(By.CSS_SELECTOR, ".icicle .box")
     assert len(boxes) == sum(1 for _ in profile.root.walk())

@@ -21,7 +21,8 @@ import jitflops
 from jitflops import flop_count_table, format_model_profile, profile_model, profile_to_dict
 from jitflops.cli import _modules_csv, _ops_text
 from jitflops.examples import TinyTransformer
-from jitflops.export import UNITS, ops_to_csv, profile_to_html
+from jitflops.export import UNITS, ops_to_csv
+from jitflops.html_report import profile_to_html
 from jitflops.formatting import deepspeed_macs, deepspeed_number
 
 IDS = torch.randint(0, 1000, (2, 16))
