@@ -251,9 +251,10 @@ def render(args: argparse.Namespace, profile: ModelProfile) -> str:
     flops, activations = profile.flop_analysis, profile.activation_analysis
     assert flops is not None and activations is not None  # profile_model always counts
     latency = {node.name: node.latency for node in profile.root.walk() if node.latency is not None} if args.profile else None
+    note = f"\n\n{profile.timing_note()}" if latency is not None and profile.timing_note() else ""
     if args.format == "tree":
-        return flop_count_str(flops, activations, latency=latency, show_shapes=args.shapes) + f"\n\nCounting convention: {flops.convention()}"
-    return flop_count_table(flops, max_depth=args.depth if args.depth is not None else 3, activations=activations, latency=latency, module_order="execution", show_shapes=args.shapes)
+        return flop_count_str(flops, activations, latency=latency, show_shapes=args.shapes) + f"\n\nCounting convention: {flops.convention()}" + note
+    return flop_count_table(flops, max_depth=args.depth if args.depth is not None else 3, activations=activations, latency=latency, module_order="execution", show_shapes=args.shapes) + note
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -131,7 +131,7 @@ def _percent(part: float, whole: float) -> str:
     return f"{round(100 * part / whole, 2) if whole else 0:g}%"
 
 
-def _detailed_lines(root: ModuleProfile, module_depth: int, peak_flops: Optional[float]) -> list[str]:
+def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float]) -> list[str]:
     total_latency = root.latency.median if root.latency else 0.0
 
     def describe(node: ModuleProfile) -> str:
@@ -151,7 +151,7 @@ def _detailed_lines(root: ModuleProfile, module_depth: int, peak_flops: Optional
 
     def render(node: ModuleProfile) -> str:
         """``nn.Module.__repr__``'s layout, with the figures as each module's extra_repr."""
-        children = node.children if module_depth < 0 or node.depth < module_depth else []
+        children = node.children
         if not children:
             return f"{node.type_name}({describe(node)})"
         lines = [describe(node)] + [f"({child.name.rpartition('.')[2]}): " + render(child).replace("\n", "\n  ") for child in children]
@@ -180,11 +180,11 @@ def format_model_profile(
     top_modules: int = 1,
     detailed: bool = True,
 ) -> str:
-    """The profile as DeepSpeed prints it; ``module_depth`` (-1: all) and ``top_modules`` as there
-    (``module_depth`` also limits the detailed tree)."""
+    """The profile as DeepSpeed prints it; ``module_depth`` (-1: all) and ``top_modules`` choose
+    the aggregated profile's depths and modules, as there; the detailed tree is the whole model."""
     lines = _summary_lines(profile.summary, profile.step, profile.convention)
     lines += ["", AGGREGATED_TITLE, format_aggregated_profile(profile.root, module_depth, top_modules)]
     if detailed:
-        lines += _detailed_lines(profile.root, module_depth, profile.summary.peak_flops)
+        lines += _detailed_lines(profile.root, profile.summary.peak_flops)
     lines.append(_END)
     return "\n".join(lines)

@@ -77,13 +77,13 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "peak_flops": summary.peak_flops,
             "mfu": summary.mfu,
         },
-        "modules": [_module_to_dict(node, summary.peak_flops) for node in profile.root.walk()],
+        "modules": [_module_to_dict(node, profile.module_mfu(node.name)) for node in profile.root.walk()],
         "ops": [row.as_dict() for row in profile.op_rows],
         "ranks": [profile_to_dict(rank) for rank in profile.ranks],
     }
 
 
-def _module_to_dict(node: ModuleProfile, peak_flops: Optional[float]) -> dict[str, Any]:
+def _module_to_dict(node: ModuleProfile, mfu: Optional[float]) -> dict[str, Any]:
     return {
         "name": node.name,
         "type": node.type_name,
@@ -98,7 +98,7 @@ def _module_to_dict(node: ModuleProfile, peak_flops: Optional[float]) -> dict[st
         "called": node.called,
         "latency": node.latency.as_dict() if node.latency else None,
         "flops_per_second": node.flops_per_second,
-        "mfu": node.flops_per_second / peak_flops if node.flops_per_second is not None and peak_flops else None,
+        "mfu": mfu,
     }
 
 

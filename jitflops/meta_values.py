@@ -23,9 +23,10 @@ constant (an op the tracer did not record) is not trusted and falls back to real
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import torch
 from torch import nn
@@ -88,19 +89,31 @@ def meta_blocker(model: nn.Module, call: ModelCall) -> Optional[str]:
     return None
 
 
-def estimated_work(model: nn.Module, call: ModelCall) -> int:
-    """Parameters x tokens: the tokens of the largest input (token ids: its elements; other inputs:
-    its elements over its last dimension, the features)."""
-    tokens = max((t.numel() if not t.is_floating_point() else t.numel() // max(t.shape[-1], 1) for t in call.tensors() if t.dim()), default=1)
-    return sum(p.numel() for p in model.parameters()) * tokens
+def _tokens(tensor: torch.Tensor) -> int:
+    """How many times a dense model applies its weights to this input: token ids, one per element;
+    images (4 or more dimensions), one per 16 x 16 patch of pixels (a ViT's tokens; about what a
+    ResNet's FLOPs over its parameters come to); other inputs, their elements over the last
+    dimension (the features)."""
+    if not tensor.is_floating_point():
+        return tensor.numel()
+    if tensor.dim() >= 4:
+        return max(tensor.shape[0] * math.prod(tensor.shape[2:]) // 256, 1)
+    return tensor.numel() // max(tensor.shape[-1], 1)
 
 
-def computes_by_default(model: nn.Module, call: ModelCall) -> bool:
-    """Whether to trace on real values unless asked otherwise: small calls (``COMPUTE_BELOW_WORK``),
-    where computing costs less than meta kernels, and lazy modules."""
-    if any(isinstance(p, UninitializedTensorMixin) for p in model.parameters()):
+def estimated_work(parameters: Sequence[torch.Tensor], call: ModelCall) -> int:
+    """Parameters x tokens of the largest input: about half a dense model's FLOPs."""
+    tokens = max((_tokens(t) for t in call.tensors() if t.dim()), default=1)
+    return sum(p.numel() for p in parameters) * tokens
+
+
+def computes_by_default(parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
+    """Whether to trace on real values unless asked otherwise (``parameters``: the model's):
+    small calls (``COMPUTE_BELOW_WORK``), where computing costs less than meta kernels, and lazy
+    modules."""
+    if any(isinstance(p, UninitializedTensorMixin) for p in parameters):
         return True
-    return estimated_work(model, call) < COMPUTE_BELOW_WORK
+    return estimated_work(parameters, call) < COMPUTE_BELOW_WORK
 
 
 def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta") -> tuple[nn.Module, ModelCall, dict[nn.Module, nn.Module]]:
@@ -134,8 +147,9 @@ MATERIALISE_META_BYTES = 4 * 2**30
 copy with uninitialised CPU tensors, up to this size."""
 
 
-def holds_meta(model: nn.Module, call: ModelCall) -> bool:
-    return any(t.device.type == "meta" for t in [*model.parameters(), *model.buffers(), *call.tensors()])
+def holds_meta(parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
+    """Whether the model (``parameters``: its) or the call is on the meta device."""
+    return any(t.is_meta for t in [*parameters, *call.tensors()])
 
 
 def size_in_bytes(model: nn.Module, call: ModelCall) -> int:

@@ -443,7 +443,8 @@ def trace_with_scopes(
     real values where the model needs them. The counts are the same either way.
     """
     forced = compute is False
-    if not (computes_by_default(model, call) if compute is None else compute):
+    parameters = list(model.parameters())
+    if not (computes_by_default(parameters, call) if compute is None else compute):
         blocker = meta_blocker(model, call)
         if blocker is None:
             try:
@@ -456,7 +457,7 @@ def trace_with_scopes(
             raise JitflopsError(f"the model cannot be traced without real values (compute=False): {blocker}")
         else:
             logger.debug("traced on real values: %s", blocker)
-    if holds_meta(model, call):  # built on the meta device: no values to compute with
+    if holds_meta(parameters, call):  # built on the meta device: no values to compute with
         try:
             return _trace_copy(model, call, aliases, strict, marker_scopes, "meta")
         except Exception as error:

@@ -39,7 +39,7 @@ IDS = torch.randint(0, 30522, (8, 512))
 
 def test_a_large_model_is_counted_on_meta_values_with_the_counts_of_real_ones():
     model = _bert()
-    assert estimated_work(model, ModelCall((IDS,))) > COMPUTE_BELOW_WORK
+    assert estimated_work(list(model.parameters()), ModelCall((IDS,))) > COMPUTE_BELOW_WORK
     seen = _seen_devices(model)
     before = model_state(model)
     default = FlopCountAnalysis(model, IDS)
@@ -86,7 +86,7 @@ class MixesACpuConstant(nn.Module):
 def test_models_that_need_real_values_fall_back_with_the_same_counts(model_class, reason, caplog):
     model = model_class().eval()
     x = torch.randn(16384, 1024)
-    assert estimated_work(model, ModelCall((x,))) > COMPUTE_BELOW_WORK
+    assert estimated_work(list(model.parameters()), ModelCall((x,))) > COMPUTE_BELOW_WORK
     with caplog.at_level(logging.DEBUG, logger="jitflops.scoped_trace"), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         default = FlopCountAnalysis(model, x).by_module_and_operator()

@@ -36,6 +36,7 @@ def test_profile_model_reports_mfu_for_the_model_and_each_module():
     printed = format_model_profile(profile)
     assert re.search(rf"^MFU = FLOPS per GPU / peak FLOPS per GPU: +{100 * summary.mfu:.2f}% of 2 TFLOPS$", printed, re.M)
     head = profile.root.find("head")
+    assert profile.module_mfu("head") == pytest.approx(head.flops_per_second / PEAK)
     assert f"{100 * head.flops_per_second / PEAK:.2f}% MFU" in printed
 
 
