@@ -4,7 +4,7 @@
 addmm_flop_jit``. Each handle takes the op's input and output ``torch._C.Value`` lists and returns
 a count, as in fvcore; the counts are jitflops' formulas (the same as fvcore's wherever fvcore
 counts right, and right where it is not: broadcast batch dims, 1-D operands, rank > 5 norms). The
-per-op handles are ``ShapeFormula``\ s, which also take op records: they work with the dispatch
+per-op handles are ``ShapeFormula`` objects, which also take op records: they work with the dispatch
 backend too.
 """
 

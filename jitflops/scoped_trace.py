@@ -459,7 +459,7 @@ def trace_with_scopes(
             logger.debug("traced on real values: %s", blocker)
     if holds_meta(parameters, call):  # built on the meta device: no values to compute with
         try:
-            return _trace_copy(model, call, aliases, strict, marker_scopes, "meta")
+            return _checked_meta_trace(model, call, aliases, strict, marker_scopes)
         except Exception as error:
             if size_in_bytes(model, call) > MATERIALISE_META_BYTES:
                 raise JitflopsError(f"the model on the meta device cannot be traced there ({error}); build it on the CPU: jitflops counts it without computing") from error
@@ -472,9 +472,16 @@ def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], s
     """The trace of a copy of the model whose tensors have no values, on ``device``."""
     twin, twin_call, copies = empty_copy(model, call, device)
     twin_aliases = {copies.get(module, module): name for module, name in aliases.items()}
+    if device == "meta":
+        return _checked_meta_trace(twin, twin_call, twin_aliases, strict, marker_scopes)
+    return _trace_with_scopes(twin, twin_call, twin_aliases, strict, marker_scopes)
+
+
+def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, marker_scopes: bool) -> ScopedTrace:
+    """The trace of a model on meta values, convolutions included, refused if it lost an op."""
     with convolutions_traceable_on_meta():
-        trace = _trace_with_scopes(twin, twin_call, twin_aliases, strict, marker_scopes)
-    lost = lost_values(trace.graph, twin)
+        trace = _trace_with_scopes(model, call, aliases, strict, marker_scopes)
+    lost = lost_values(trace.graph, model)
     if lost:
         raise JitflopsError(f"the tracer did not record the ops that made {', '.join(lost[:3])}: they became constants")
     return trace

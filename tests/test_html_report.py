@@ -17,7 +17,6 @@ from torch import nn
 
 from jitflops import FlopCountAnalysis, profile_model, write_html
 from jitflops.examples import TinyTransformer
-from jitflops.html_report import profile_to_html
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
