@@ -16,8 +16,9 @@ setup(
     install_requires=["torch>=2.10", "tabulate>=0.10", "iopath>=0.1.9", "tqdm"],  # tqdm: the progress bar; iopath needs it too
     extras_require={
         # expecttest: torch's op database (torch.testing._internal) imports it; hypothesis: generated models
-        # pytorch-lightning: the Lightning callback's tests; selenium: the HTML report in Chromium
-        "test": ["pytest>=7", "fvcore==0.1.5.post20221221", "transformers>=4.50", "expecttest", "hypothesis", "pytorch-lightning>=2.1", "selenium>=4.10"],
+        # accelerate: transformers' Trainer needs it; pytorch-lightning: the Lightning callback's
+        # tests; selenium: the HTML report in Chromium
+        "test": ["pytest>=7", "fvcore==0.1.5.post20221221", "transformers>=4.50", "accelerate", "expecttest", "hypothesis", "pytorch-lightning>=2.1", "selenium>=4.10"],
     },
     entry_points={"console_scripts": ["jitflops=jitflops.cli:main"]},
     license="MIT",
