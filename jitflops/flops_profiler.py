@@ -265,7 +265,6 @@ class FlopsProfiler:
         profiler = cls(model, recompute_fwd_factor=section.recompute_fwd_factor, schedule=schedule, **settings)
         if "on_ready" not in settings:
             profiler.on_ready = lambda profile: profiler._print(profile, section.module_depth, section.top_modules, section.detailed, section.output_file)
-        profiler.config = section
         return profiler
 
     @contextmanager
