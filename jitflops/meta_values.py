@@ -16,7 +16,9 @@ Python are traced tensors, so it fails (``cond must be a bool, but got a Tensor`
 does not record ``aten::convolution`` (it records ``aten::_convolution``, which the CPU and CUDA
 kernels call, but the meta kernel does not). For the duration of a meta trace, the meta kernel of
 ``aten::convolution`` is one that calls ``aten::_convolution``: the tracer records the same node as
-on real values, and no Python code reads sizes. A meta trace in which a value became a tensor
+on real values, and no Python code reads sizes. Products, layer norms and softmax get meta kernels
+that compute their output shapes directly, where torch's are Python decompositions (the bulk of a
+meta trace's time otherwise). A meta trace in which a value became a tensor
 constant (an op the tracer did not record) is not trusted and falls back to real values.
 """
 
@@ -26,7 +28,7 @@ import copy
 import math
 import warnings
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
@@ -47,14 +49,48 @@ def _convolution_on_meta(input: torch.Tensor, weight: torch.Tensor, bias: Option
     return torch.ops.aten._convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, False, False, True, True)
 
 
+def _addmm_on_meta(input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: Any = 1, alpha: Any = 1) -> torch.Tensor:
+    if mat1.dim() != 2 or mat2.dim() != 2 or mat1.shape[1] != mat2.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, mat1.shape))} and {'x'.join(map(str, mat2.shape))})")
+    return mat1.new_empty((mat1.shape[0], mat2.shape[1]))
+
+
+def _layer_norm_on_meta(input: torch.Tensor, normalized_shape: list[int], weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                        eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``aten::native_layer_norm``: the output, and the mean and reciprocal deviation per row, in the
+    input's dtype (as the CPU kernel returns them)."""
+    if list(input.shape[input.dim() - len(normalized_shape):]) != list(normalized_shape) or input.dim() < len(normalized_shape):
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape [*, {', '.join(map(str, normalized_shape))}], but got input of size {list(input.shape)}")
+    rows = list(input.shape[: input.dim() - len(normalized_shape)]) + [1] * len(normalized_shape)
+    return torch.empty_like(input, memory_format=torch.contiguous_format), input.new_empty(rows), input.new_empty(rows)
+
+
+def _safe_softmax_on_meta(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    if not -max(input.dim(), 1) <= dim < max(input.dim(), 1):
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-max(input.dim(), 1)}, {max(input.dim(), 1) - 1}], but got {dim})")
+    return torch.empty_like(input, dtype=dtype or input.dtype, memory_format=torch.contiguous_format)
+
+
+TRACING_META_KERNELS: dict[str, Callable[..., Any]] = {
+    "convolution": _convolution_on_meta,
+    "addmm": _addmm_on_meta,
+    "native_layer_norm": _layer_norm_on_meta,
+    "_safe_softmax": _safe_softmax_on_meta,
+}
+"""The meta kernels a meta trace runs: convolution so that it traces at all; the others because
+torch's are Python decompositions into elementwise references (``torch._refs``), which made up most
+of a meta trace of ViT-L (``tools/bench.py``); these check their operands' shapes and compute the output shapes directly."""
+
+
 @contextmanager
-def convolutions_traceable_on_meta() -> Iterator[None]:
-    """For the body, meta convolutions run :func:`_convolution_on_meta` (see the module's docstring)."""
+def meta_kernels_for_tracing() -> Iterator[None]:
+    """For the body, meta tensors run :data:`TRACING_META_KERNELS` (see the module's docstring)."""
     library = torch.library.Library("aten", "IMPL")
     try:
         with warnings.catch_warnings():  # torch says a kernel is overridden: for this trace only
             warnings.simplefilter("ignore")
-            library.impl("convolution", _convolution_on_meta, "Meta")
+            for name, kernel in TRACING_META_KERNELS.items():
+                library.impl(name, kernel, "Meta")
         yield
     finally:
         library._destroy()

@@ -42,7 +42,7 @@ from torch import nn
 from torch.jit import TracerWarning
 
 from .errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
-from .meta_values import MATERIALISE_META_BYTES, computes_by_default, convolutions_traceable_on_meta, empty_copy, holds_meta, lost_values, meta_blocker, size_in_bytes
+from .meta_values import MATERIALISE_META_BYTES, computes_by_default, meta_kernels_for_tracing, empty_copy, holds_meta, lost_values, meta_blocker, size_in_bytes
 from .model_guard import preserved
 from .model_io import FlatCall, ModelCall
 from .records import JitOpRecord, OpRecord, node_inputs, node_outputs
@@ -478,8 +478,8 @@ def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], s
 
 
 def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, marker_scopes: bool) -> ScopedTrace:
-    """The trace of a model on meta values, convolutions included, refused if it lost an op."""
-    with convolutions_traceable_on_meta():
+    """The trace of a model on meta values, with jitflops' meta kernels, refused if it lost an op."""
+    with meta_kernels_for_tracing():
         trace = _trace_with_scopes(model, call, aliases, strict, marker_scopes)
     lost = lost_values(trace.graph, model)
     if lost:

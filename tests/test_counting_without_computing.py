@@ -129,3 +129,33 @@ def test_the_model_stays_usable_by_other_threads_while_it_is_counted():
         stop.set()
         worker.join()
     assert failures == []
+
+
+@pytest.mark.parametrize("name, args", [
+    ("addmm", (torch.randn(5), torch.randn(3, 4), torch.randn(4, 5))),
+    ("native_layer_norm", (torch.randn(2, 3, 8), [8], torch.randn(8), torch.randn(8), 1e-5)),
+    ("native_layer_norm", (torch.randn(2, 3, 8, dtype=torch.bfloat16), [3, 8], None, None, 1e-5)),
+    ("_safe_softmax", (torch.randn(2, 4, 6), -1)),
+])
+def test_jitflops_meta_kernels_give_what_the_cpu_kernels_give(name, args):
+    """The meta kernels of a meta trace stand in for the CPU kernels a trace on real values runs:
+    the same shapes and dtypes."""
+    from jitflops.meta_values import TRACING_META_KERNELS
+
+    on_meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+    theirs = getattr(torch.ops.aten, name).default(*args)
+    ours = TRACING_META_KERNELS[name](*on_meta)
+    for mine, real in zip(ours if isinstance(ours, tuple) else (ours,), theirs if isinstance(theirs, tuple) else (theirs,)):
+        assert (mine.shape, mine.dtype, mine.device.type) == (real.shape, real.dtype, "meta")
+
+
+def test_jitflops_meta_kernels_refuse_what_torch_refuses():
+    from jitflops.meta_values import TRACING_META_KERNELS
+
+    meta = lambda *shape: torch.empty(*shape, device="meta")  # noqa: E731
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        TRACING_META_KERNELS["addmm"](meta(5), meta(3, 4), meta(5, 5))
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        TRACING_META_KERNELS["native_layer_norm"](meta(2, 3, 8), [4], None, None, 1e-5)
+    with pytest.raises(IndexError):
+        TRACING_META_KERNELS["_safe_softmax"](meta(2, 3), 2)
