@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
+from torch._decomp import global_decomposition_table
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils import _pytree as pytree
 
@@ -47,6 +48,20 @@ def _convolution_on_meta(input: torch.Tensor, weight: torch.Tensor, bias: Option
                          dilation: list[int], transposed: bool, output_padding: list[int], groups: int) -> torch.Tensor:
     """``aten::convolution`` for meta tensors, as the CPU kernel runs it: through ``aten::_convolution``."""
     return torch.ops.aten._convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, False, False, True, True)
+
+
+def _convolution_overrideable_on_meta(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int], padding: list[int],
+                                      dilation: list[int], transposed: bool, output_padding: list[int], groups: int) -> torch.Tensor:
+    """``aten::convolution_overrideable``, where ``aten::_convolution`` ends for meta tensors in older
+    torch (2.10): torch's own meta convolution, run below the tracer's ``aten::_convolution`` node
+    with the tracing state suspended, since it reads sizes."""
+    kernel = global_decomposition_table["meta"][torch.ops.aten.convolution.default]
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)
+    try:
+        return kernel(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    finally:
+        torch._C._set_tracing_state(state)
 
 
 def _addmm_on_meta(input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: Any = 1, alpha: Any = 1) -> torch.Tensor:
@@ -73,6 +88,7 @@ def _safe_softmax_on_meta(input: torch.Tensor, dim: int, dtype: Optional[torch.d
 
 TRACING_META_KERNELS: dict[str, Callable[..., Any]] = {
     "convolution": _convolution_on_meta,
+    "convolution_overrideable": _convolution_overrideable_on_meta,
     "addmm": _addmm_on_meta,
     "native_layer_norm": _layer_norm_on_meta,
     "_safe_softmax": _safe_softmax_on_meta,
@@ -90,7 +106,7 @@ def meta_kernels_for_tracing() -> Iterator[None]:
         with warnings.catch_warnings():  # torch says a kernel is overridden: for this trace only
             warnings.simplefilter("ignore")
             for name, kernel in TRACING_META_KERNELS.items():
-                library.impl(name, kernel, "Meta")
+                library.impl(name, kernel, "Meta", allow_override=True)
         yield
     finally:
         library._destroy()
