@@ -72,7 +72,7 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
     lines.append(_line("forward passes profiled", summary.forwards))
     if summary.forward is not None and len(summary.forward.samples) > 1:
         lines.append(_line("fwd latency runs", f"median of {len(summary.forward.samples)} runs, IQR {deepspeed_seconds(summary.forward.iqr)}"))
-        if summary.forward.iqr > summary.forward.median:
+        if summary.forward.noisy:
             lines.append("warning: the fwd latency's spread (IQR) is larger than its median: the machine is busy; timings are unreliable")
     if summary.mfu is not None:
         lines.append(_line("MFU = FLOPS per GPU / peak FLOPS per GPU", f"{100 * summary.mfu:.2f}% of {deepspeed_flops(summary.peak_flops or 0)}"))
@@ -143,8 +143,9 @@ def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float]) -> list[st
             f"{deepspeed_seconds(latency)} = {_percent(latency, total_latency)} latency",
             deepspeed_flops(rate or 0),
         ]
-        if peak_flops and rate is not None:
-            items.append(f"{100 * rate / peak_flops:.2f}% MFU")
+        mfu = node.mfu(peak_flops)
+        if mfu is not None:
+            items.append(f"{100 * mfu:.2f}% MFU")
         if node.extra_repr:
             items.append(node.extra_repr)
         return ", ".join(items)

@@ -77,7 +77,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "peak_flops": summary.peak_flops,
             "mfu": summary.mfu,
         },
-        "modules": [_module_to_dict(node, profile.module_mfu(node.name)) for node in profile.root.walk()],
+        "modules": [_module_to_dict(node, node.mfu(summary.peak_flops)) for node in profile.root.walk()],
         "ops": [row.as_dict() for row in profile.op_rows],
         "ranks": [profile_to_dict(rank) for rank in profile.ranks],
     }

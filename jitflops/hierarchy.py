@@ -60,6 +60,11 @@ class ModuleProfile:
             return None
         return self.flops / self.latency.median
 
+    def mfu(self, peak_flops: Optional[float]) -> Optional[float]:
+        """Model FLOPs utilisation: achieved FLOP/s over ``peak_flops`` (None: not timed, or no peak)."""
+        rate = self.flops_per_second
+        return rate / peak_flops if rate is not None and peak_flops else None
+
     def walk(self) -> Iterator["ModuleProfile"]:
         """This module and all below it, depth first, parents before children."""
         yield self

@@ -28,6 +28,7 @@ from .export import profile_to_dict
 from .file_output import write_text
 from .jit_analysis import JitModelAnalysis
 from .model_profile import ModelProfile
+from .peak_flops import memory_bandwidth as peak_memory_bandwidth
 
 METRICS = {
     "flops": "FLOPs",
@@ -229,11 +230,9 @@ def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = N
     ``memory_bandwidth`` (bytes/s) sets the roofline's slanted roof; by default it is measured on
     the profile's device (:func:`jitflops.peak_flops.memory_bandwidth`) when modules were timed.
     """
-    from .peak_flops import memory_bandwidth as measured_bandwidth
-
     summary = profile.summary
     if memory_bandwidth is None and summary.forward is not None:
-        memory_bandwidth = measured_bandwidth(summary.device)
+        memory_bandwidth = peak_memory_bandwidth(summary.device)
     root_id = f"jitflops-{uuid.uuid4().hex[:8]}"
     data = json.dumps(_page_data(profile, root_id, memory_bandwidth)).replace("</", "<\\/")
     options = "".join(f'<option value="{key}">{html.escape(label)}</option>' for key, label in METRICS.items())

@@ -178,8 +178,7 @@ class ModelProfile:
 
     def module_mfu(self, name: str) -> Optional[float]:
         """A module's MFU: its achieved FLOP/s over the summary's peak (None: not timed, or no peak)."""
-        rate = self.root.find(name).flops_per_second
-        return rate / self.summary.peak_flops if rate is not None and self.summary.peak_flops else None
+        return self.root.find(name).mfu(self.summary.peak_flops)
 
     def timing_note(self) -> Optional[str]:
         """How many runs the latencies are the median of, and a warning where their spread is larger
@@ -188,7 +187,7 @@ class ModelProfile:
         if forward is None:
             return None
         note = f"latency: the median of {len(forward.samples)} timed runs (IQR {forward.iqr * 1e3:.3f} ms)"
-        if forward.iqr > forward.median:
+        if forward.noisy:
             note += "; warning: the spread is larger than the median: the machine is busy and timings are unreliable"
         return note
 

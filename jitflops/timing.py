@@ -60,6 +60,11 @@ class LatencyStats:
         quartiles = statistics.quantiles(self.samples, n=4, method="inclusive")
         return quartiles[2] - quartiles[0]
 
+    @property
+    def noisy(self) -> bool:
+        """Whether the spread (IQR) is larger than the median: a busy machine, unreliable timings."""
+        return self.iqr > self.median
+
     def as_dict(self) -> dict[str, float]:
         return {
             "median_s": self.median,
