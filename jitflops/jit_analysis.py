@@ -473,4 +473,4 @@ def per_operator_in_units(analysis: JitModelAnalysis, unit: float) -> tuple[typi
 def _get_scoped_trace_graph(module: nn.Module, inputs: Any, aliases: Mapping[Any, str]) -> "torch._C.Graph":
     """fvcore's helper: the traced graph of ``module(*inputs)`` whose nodes carry their module scope
     in ``node.scopeName()`` (``aliases`` maps modules to the names used), as fvcore's reads."""
-    return trace_with_scopes(module, ModelCall.from_user(inputs), aliases, marker_scopes=False).graph
+    return trace_with_scopes(module, ModelCall.from_user(inputs), aliases, scope_boundaries=False).graph

@@ -13,14 +13,15 @@ Three costs are avoided, all measured with ``tools/bench.py`` and py-spy:
 * The tracer's own ``push_scope`` opens a nested block per module call, and torch inlines those
   blocks after the trace, cloning every node once per nesting level (10-20% of the trace on deep
   models). For the duration of the trace, this trace's ``TracingState`` object instead gets
-  ``push_scope``/``pop_scope`` attributes that shadow those methods and append marker nodes
-  (``prim::Enter``, ``prim::Exit``: kinds the JIT keeps through dead-code elimination) to the flat
-  graph. One pass over the graph then gives each node its scope and removes the markers. A node
-  belongs to the module whose markers enclose it; the one place this differs from the tracer's own
-  scopes is the free ``aten::Int`` conversion of a traced size, which the tracer places right after
-  the size op (in the module that took the size) while scoping it to the module that used it.
+  ``push_scope``/``pop_scope`` attributes that shadow those methods and note the graph's last node
+  at each call (a boundary: one call into the JIT, no node added). At the end of the model's call,
+  still inside the trace, one pass over the flat graph gives each node its scope from those
+  boundaries, before the tracer's clean-up removes the dead nodes a boundary may name. A node
+  belongs to the module whose boundaries enclose it; the one place this differs from the tracer's
+  own scopes is the free ``aten::Int`` conversion of a traced size, which the tracer places right
+  after the size op (in the module that took the size) while scoping it to the module that used it.
 * ``torch.jit._get_trace_graph`` reaches the C++ tracer through a wrapper module, four more frames
-  for the tracer to walk per node: :func:`_trace_graph` makes the wrapper's call itself.
+  for the tracer to walk per node: :func:`_tracer_call` gives the tracer the wrapper's call itself.
 
 Without hooks, the module that was running when something failed is found from the exception's
 traceback instead.
@@ -55,13 +56,16 @@ TRACER_WARNING_MODES = ("all", "no_tracer_warning", "none")
 _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 
-_ENTER_SCOPE, _EXIT_SCOPE = "prim::Enter", "prim::Exit"
 _KEEP_ALIVE = "prim::Print"
 """The sink that keeps computations with unused results in the graph: a node kind with side effects,
 which the tracer's dead-code elimination never removes, taking every otherwise unused value."""
 
 TracedOp = tuple["torch._C.Node", str]
 """An op node of the graph and its full scope."""
+
+NodeScopes = dict["torch._C.Node", tuple[Optional[str], str]]
+"""What the pass inside the trace read of each node: the kind it is counted under (None for graph
+bookkeeping) and its full scope."""
 
 
 @dataclass(frozen=True)
@@ -80,38 +84,30 @@ class ScopedTrace:
     """The warnings raised while tracing, shown again each time the trace is counted."""
 
     @classmethod
-    def read(cls, graph: "torch._C.Graph", pushed: Sequence[str], caught: Sequence[warnings.WarningMessage] = ()) -> "ScopedTrace":
-        """Give every node of a fresh trace its scope, from the scope markers around it (``pushed``:
-        the names they opened, in order) or from the tracer's own scope where there are none, and
-        remove the markers and the sinks that kept unused values from the graph."""
+    def read(cls, graph: "torch._C.Graph", read_in_trace: NodeScopes, caught: Sequence[warnings.WarningMessage] = ()) -> "ScopedTrace":
+        """The op nodes of a finished trace with their scopes: as read inside the trace
+        (:func:`_read_in_trace`), or from the tracer's own scope for nodes that pass did not see
+        (made by the tracer's clean-up, or the tracer kept its own scopes). The sinks that kept
+        unused values are removed from the graph."""
         ops: list[tuple[str, TracedOp]] = []
         scopes: dict[str, None] = {}
-        removed = []
-        open_scopes = [""]
-        names = iter(pushed)
-        scope = ""
+        sinks = []
         for node in graph.nodes():
-            kind = node.kind()
-            if kind.startswith("prim::"):
+            read = read_in_trace.get(node)
+            if read is None:
+                kind: Optional[str] = node.kind()
                 if kind == _KEEP_ALIVE and not node.outputsSize():
-                    removed.append(node)
+                    sinks.append(node)
                     continue
-                if _is_scope_marker(node, kind):
-                    removed.append(node)
-                    if kind == _ENTER_SCOPE:
-                        open_scopes.append(f"{scope}/{next(names)}")
-                    else:
-                        open_scopes.pop()
-                    scope = open_scopes[-1]
-                    continue
-                kind = _prim_op_kind(node, kind)
-                if kind is None:
-                    scopes[scope or full_scope(node.scopeName())] = None
-                    continue
-            op_scope = scope or full_scope(node.scopeName())
-            scopes[op_scope] = None
-            ops.append((kind, (node, op_scope)))
-        for node in removed:
+                if kind.startswith("prim::"):
+                    kind = _prim_op_kind(node, kind)
+                scope = full_scope(node.scopeName())
+            else:
+                kind, scope = read
+            scopes[scope] = None
+            if kind is not None:
+                ops.append((kind, (node, scope)))
+        for node in sinks:
             node.destroy()
         return cls(graph, tuple(ops), tuple(scopes), tuple(caught))
 
@@ -199,21 +195,22 @@ def full_scope(scope_name: str) -> str:
     return "/" + scope_name if scope_name else ""
 
 
-class _ScopeMarkers:
-    """Inside a trace: record the module scopes ``nn.Module`` pushes as marker nodes in the flat graph.
+class _ScopeBoundaries:
+    """Inside a trace: note where each module's scope opens and closes, as the graph's last node at
+    that moment (``events``: ``(node, name)`` for a push, ``(node, None)`` for a pop, in order).
 
     ``push_scope``/``pop_scope`` attributes shadow the methods on this trace's ``TracingState``
     object only; pybind11 hands out that same object for as long as it is alive. Should it not, the
     tracer's own scopes are left to work (at their cost), and :meth:`ScopedTrace.read` reads those.
-    The pushed names are kept here, in the order of their ``prim::Enter`` markers: a marker is two
-    calls into the JIT, a marker with a name attribute would be three.
+    pybind11 also hands out one wrapper per live node, so the nodes noted here are the objects a
+    later walk over the graph meets.
     """
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.installed = False
-        """Whether this trace got the markers (else the tracer's own scope blocks are in the graph)."""
-        self.pushed: list[str] = []
+        """Whether this trace got the boundaries (else the tracer's own scope blocks are in the graph)."""
+        self.events: list[tuple["torch._C.Node", Optional[str]]] = []
 
     @contextmanager
     def __call__(self) -> Iterator[None]:
@@ -221,15 +218,13 @@ class _ScopeMarkers:
         if not self.enabled or state is None or torch._C._get_tracing_state() is not state:
             yield
             return
-        graph = state.graph()
-        create, insert, pushed = graph.create, graph.insertNode, self.pushed
+        last_node, events = state.graph().return_node().prev, self.events
 
         def push_scope(name: str) -> None:
-            pushed.append(name)
-            insert(create(_ENTER_SCOPE, 0))
+            events.append((last_node(), name))
 
         def pop_scope() -> None:
-            insert(create(_EXIT_SCOPE, 0))
+            events.append((last_node(), None))
 
         state.push_scope, state.pop_scope = push_scope, pop_scope
         self.installed = True
@@ -247,65 +242,69 @@ _NOT_WORK = _SHAPE_QUERIES | {"aten::Int", "aten::Float", "aten::Bool", "aten::S
 Python ops): none of it is work a model runs."""
 
 
-def _keep_unused_values(graph: "torch._C.Graph", nodes: Iterable["torch._C.Node"], end: "torch._C.Node", every_kind: bool) -> None:
-    """Make every value nothing uses an input of a sink node placed before ``end``, so that the
-    tracer's dead-code elimination keeps what the model computed and dropped (an unused branch, a
-    discarded layer): a profiler counts what runs. Scope blocks (the tracer's own scopes) get a sink
-    of their own. :meth:`ScopedTrace.read` removes the sinks. Without scope blocks or Python ops
-    (``every_kind`` False), only the kinds of unused nodes are read: one call into the JIT per node.
+def _read_in_trace(
+    graph: "torch._C.Graph", block: "torch._C.Block", boundaries: Optional[Sequence[tuple["torch._C.Node", Optional[str]]]]
+) -> NodeScopes:
+    """One pass over a trace's ``block`` before the tracer's clean-up: each node's kind and scope,
+    from the scope ``boundaries`` (None: the tracer kept its own scopes, read later), and a sink.
+
+    The sink: every value nothing uses becomes an input of a sink node placed at the block's end,
+    so that the tracer's dead-code elimination keeps what the model computed and dropped (an unused
+    branch, a discarded layer): a profiler counts what runs. Scope blocks (the tracer's own scopes)
+    get a sink of their own. :meth:`ScopedTrace.read` removes the sinks.
 
     The ops a custom autograd Function's forward ran are traced twice: into the graph, right after
     the Function's own node (which replaces their result), and into that node's subgraph. Those in
     the graph (told by the subgraph's sequence of kinds) are left to the dead-code elimination;
     :meth:`ScopedTrace.parts` counts the subgraph's.
     """
+    read: NodeScopes = {}
     unused = []
     twins: list[str] = []  # kinds of the graph's copies still expected after a Function's node, in order
-    for node in nodes:
-        if not every_kind and node.hasUses():
-            continue
+    pending = iter(boundaries or ())
+    boundary = next(pending, None)
+    open_scopes = [""]
+    previous = graph.param_node()
+    for node in block.nodes():
+        while boundary is not None and boundary[0] is previous:  # the scope events right after `previous`
+            if boundary[1] is None:
+                open_scopes.pop()
+            else:
+                open_scopes.append(f"{open_scopes[-1]}/{boundary[1]}")
+            boundary = next(pending, None)
+        previous = node
         kind = node.kind()
+        is_prim = kind.startswith("prim::")
+        if boundaries is not None:
+            read[node] = (_prim_op_kind(node, kind) if is_prim else kind, open_scopes[-1])
         if twins and kind == twins[0]:
             twins.pop(0)
             continue
-        if twins and not _is_scope_marker(node, kind):
-            twins = []
+        twins = []
         if kind == "prim::TracedModuleForward":
-            for block in node.blocks():
-                _keep_unused_values(graph, block.nodes(), block.returnNode(), every_kind)
+            for inner in node.blocks():
+                _read_in_trace(graph, inner, None)
         elif kind == "prim::PythonOp" and "Subgraph" in node.attributeNames():
             twins = [part.kind() for part in node.g("Subgraph").nodes()]
-        if kind not in _NOT_WORK and (kind == "prim::PythonOp" or not kind.startswith("prim::")) and not node.hasUses():
+        if (kind == "prim::PythonOp" or not (is_prim or kind in _NOT_WORK)) and not node.hasUses():
             unused.extend(node_outputs(node))
     if unused:
-        graph.create(_KEEP_ALIVE, unused, 0).insertBefore(end)
+        graph.create(_KEEP_ALIVE, unused, 0).insertBefore(block.returnNode())
+    return read
 
 
-def _recording(markers: _ScopeMarkers) -> Callable[[], ContextManager[None]]:
-    """What runs around the model's call inside the trace: scope markers, then the sink for unused values."""
+def _recording(boundaries: _ScopeBoundaries, read: NodeScopes) -> Callable[[], ContextManager[None]]:
+    """What runs around the model's call inside the trace: scope boundaries, then the pass that
+    reads each node's scope (into ``read``) and sinks unused values."""
 
     @contextmanager
     def around_model() -> Iterator[None]:
-        with markers():
+        with boundaries():
             yield
         graph = torch._C._get_tracing_state().graph()
-        every_kind = not markers.installed or bool(graph.findAllNodes("prim::PythonOp"))
-        _keep_unused_values(graph, graph.nodes(), graph.return_node(), every_kind)
+        read.update(_read_in_trace(graph, graph.block(), boundaries.events if boundaries.installed else None))
 
     return around_model
-
-
-def _is_scope_marker(node: "torch._C.Node", kind: str) -> bool:
-    """Whether ``node`` (of ``kind``) is one of :class:`_ScopeMarkers`'; TorchScript's own take an input."""
-    return (kind == _ENTER_SCOPE or kind == _EXIT_SCOPE) and not node.inputsSize()
-
-
-def _last_op_node(graph: "torch._C.Graph") -> "torch._C.Node":
-    """The last node recorded so far that is not a scope marker."""
-    node = graph.return_node().prev()
-    while _is_scope_marker(node, node.kind()):
-        node = node.prev()
-    return node
 
 
 USE_DISPATCH = "use FlopCountAnalysis(..., backend='dispatch'), which records the ops as they run"
@@ -406,25 +405,26 @@ class _TraceWarnings:
             return
         if self._traced is None or self._traced[0] is not state:
             self._traced = (state, state.graph())
-        if _depends_on_data(_last_op_node(self._traced[1]), self.user_inputs):
+        if _depends_on_data(self._traced[1].return_node().prev(), self.user_inputs):
             module = innermost_module(stack_frames(inspect.currentframe()), self.names)
             self.data_dependent.append((filename, lineno, self.names[module] if module is not None else ""))
 
 
 
-def _trace_graph(runner: FlatCall) -> "torch._C.Graph":
-    """What ``torch.jit._get_trace_graph(runner, runner.flat_inputs())`` returns, one level down.
+def _tracer_call(runner: FlatCall) -> tuple[Any, ...]:
+    """The arguments of ``torch._C._create_graph_by_tracing`` that trace ``runner`` as
+    ``torch.jit._get_trace_graph(runner, runner.flat_inputs())`` does, with fewer Python frames.
 
-    ``_get_trace_graph`` reaches the C++ tracer through a wrapper module: four Python frames, and the
-    tracer walks every frame of the stack for every node it records (each frame costs about 1% of
-    the trace on MobileNetV2: ``tools/bench.py``). This makes the same call the wrapper makes: the
-    inputs followed by the parameters and buffers (so weights are graph inputs, not constants),
-    torch's value-name lookup, strict mode, no forced out-of-place ops.
+    The tracer walks every frame of the Python stack for every node it records (each frame costs
+    about 0.5% of the trace on MobileNetV2: ``tools/bench.py``). ``_get_trace_graph`` reaches the
+    C++ tracer through a wrapper module (four frames), and calling ``runner`` as a module adds
+    three more (``__call__``'s layers): the tracer is given ``runner.forward``, and the caller makes
+    the call itself rather than through a helper. The rest is the wrapper's call: the inputs followed
+    by the parameters and buffers (so weights are graph inputs, not constants), torch's value-name
+    lookup, strict mode, no forced out-of-place ops.
     """
     state = list(jit_trace._unique_state_dict(runner, keep_vars=True).values())
-    inputs = list(runner.flat_inputs()) + state
-    graph, _ = torch._C._create_graph_by_tracing(runner, inputs, jit_trace._create_interpreter_name_lookup_fn(), True, False)
-    return graph
+    return runner.forward, list(runner.flat_inputs()) + state, jit_trace._create_interpreter_name_lookup_fn(), True, False
 
 
 def trace_with_scopes(
@@ -432,7 +432,7 @@ def trace_with_scopes(
     call: ModelCall,
     aliases: Mapping[Any, str],
     strict: bool = False,
-    marker_scopes: bool = True,
+    scope_boundaries: bool = True,
     compute: Optional[bool] = None,
 ) -> ScopedTrace:
     """Trace ``model`` called with ``call``; ``aliases`` gives each module's canonical scope name.
@@ -448,7 +448,7 @@ def trace_with_scopes(
         blocker = meta_blocker(model, call)
         if blocker is None:
             try:
-                return _trace_copy(model, call, aliases, strict, marker_scopes, "meta")
+                return _trace_copy(model, call, aliases, strict, scope_boundaries, "meta")
             except Exception as error:  # the model needs real values: trace those (an interrupt is not caught)
                 if forced:
                     raise JitflopsError(f"the model cannot be traced without real values (compute=False): {error}") from error
@@ -459,35 +459,35 @@ def trace_with_scopes(
             logger.debug("traced on real values: %s", blocker)
     if holds_meta(parameters, call):  # built on the meta device: no values to compute with
         try:
-            return _checked_meta_trace(model, call, aliases, strict, marker_scopes)
+            return _checked_meta_trace(model, call, aliases, strict, scope_boundaries)
         except Exception as error:
             if size_in_bytes(model, call) > MATERIALISE_META_BYTES:
                 raise JitflopsError(f"the model on the meta device cannot be traced there ({error}); build it on the CPU: jitflops counts it without computing") from error
             logger.debug("traced on a copy with uninitialised CPU tensors: the trace on the meta device failed: %s", error)
-            return _trace_copy(model, call, aliases, strict, marker_scopes, "cpu")
-    return _trace_with_scopes(model, call, aliases, strict, marker_scopes)
+            return _trace_copy(model, call, aliases, strict, scope_boundaries, "cpu")
+    return _trace_with_scopes(model, call, aliases, strict, scope_boundaries)
 
 
-def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, marker_scopes: bool, device: str) -> ScopedTrace:
+def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool, device: str) -> ScopedTrace:
     """The trace of a copy of the model whose tensors have no values, on ``device``."""
     twin, twin_call, copies = empty_copy(model, call, device)
     twin_aliases = {copies.get(module, module): name for module, name in aliases.items()}
     if device == "meta":
-        return _checked_meta_trace(twin, twin_call, twin_aliases, strict, marker_scopes)
-    return _trace_with_scopes(twin, twin_call, twin_aliases, strict, marker_scopes)
+        return _checked_meta_trace(twin, twin_call, twin_aliases, strict, scope_boundaries)
+    return _trace_with_scopes(twin, twin_call, twin_aliases, strict, scope_boundaries)
 
 
-def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, marker_scopes: bool) -> ScopedTrace:
+def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool) -> ScopedTrace:
     """The trace of a model on meta values, with jitflops' meta kernels, refused if it lost an op."""
     with meta_kernels_for_tracing():
-        trace = _trace_with_scopes(model, call, aliases, strict, marker_scopes)
+        trace = _trace_with_scopes(model, call, aliases, strict, scope_boundaries)
     lost = lost_values(trace.graph, model)
     if lost:
         raise JitflopsError(f"the tracer did not record the ops that made {', '.join(lost[:3])}: they became constants")
     return trace
 
 
-def _trace_with_scopes(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, marker_scopes: bool) -> ScopedTrace:
+def _trace_with_scopes(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool) -> ScopedTrace:
     """The trace of :func:`trace_with_scopes`, on the values ``call`` has.
 
     ``DataParallel`` and ``DistributedDataParallel`` wrappers are traced through their inner
@@ -498,15 +498,15 @@ def _trace_with_scopes(model: nn.Module, call: ModelCall, aliases: Mapping[Any, 
     :class:`~jitflops.errors.DataDependentTraceWarning` names the module and source line;
     ``strict=True`` raises a :class:`~jitflops.errors.TraceError` instead.
 
-    ``marker_scopes=False`` leaves the tracer's own scopes on the graph's nodes (``scopeName()``),
+    ``scope_boundaries=False`` leaves the tracer's own scopes on the graph's nodes (``scopeName()``),
     at their cost, for code that reads them.
     """
     if _is_compiled(model):
         raise JitflopsError(f"the model is compiled with torch.compile, which the JIT tracer cannot follow: {USE_DISPATCH}")
     traced = model.module if isinstance(model, _WRAPPERS) else model
     scope_names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
-    markers = _ScopeMarkers(enabled=marker_scopes)
-    runner = FlatCall(traced, call, around_model=_recording(markers))
+    boundaries, read_in_trace = _ScopeBoundaries(enabled=scope_boundaries), {}
+    runner = FlatCall(traced, call, around_model=_recording(boundaries, read_in_trace))
     with preserved(model), warnings.catch_warnings(), torch.no_grad():  # process-wide state is read and set under the lock
         collected = _TraceWarnings(scope_names, len(runner.flat_inputs()))
         warnings.simplefilter("default", TracerWarning)
@@ -515,7 +515,7 @@ def _trace_with_scopes(model: nn.Module, call: ModelCall, aliases: Mapping[Any, 
         jit_trace._trace_module_map = scope_names
         try:
             with failures_named(model, scope_names, "tracing", _explained):
-                graph = _trace_graph(runner)
+                graph, _ = torch._C._create_graph_by_tracing(*_tracer_call(runner))
         finally:
             jit_trace._trace_module_map = previous_map
     if collected.data_dependent:
@@ -533,5 +533,5 @@ def _trace_with_scopes(model: nn.Module, call: ModelCall, aliases: Mapping[Any, 
             DataDependentTraceWarning,
             stacklevel=2,
         )
-    return ScopedTrace.read(graph, markers.pushed, collected.caught)
+    return ScopedTrace.read(graph, read_in_trace, collected.caught)
 

@@ -1,4 +1,4 @@
-"""The JIT front end: every node's module scope, from marker nodes or from the tracer's own scopes."""
+"""The JIT front end: every node's module scope, from scope boundaries or from the tracer's own scopes."""
 
 from __future__ import annotations
 
@@ -36,14 +36,14 @@ class SharedAndRepeated(nn.Module):
 
 @contextmanager
 def _tracer_scopes_only():
-    """As if pybind11 handed out a new ``TracingState`` wrapper on every call: no markers get installed."""
+    """As if pybind11 handed out a new ``TracingState`` wrapper on every call: no scope boundaries get installed."""
 
     @contextmanager
     def leave_the_tracer_alone(self):
         yield
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(scoped_trace._ScopeMarkers, "__call__", leave_the_tracer_alone)
+        patch.setattr(scoped_trace._ScopeBoundaries, "__call__", leave_the_tracer_alone)
         yield
 
 
@@ -53,7 +53,7 @@ def _ops_and_scopes(model, args, kwargs=None):
 
 
 @pytest.mark.parametrize("name", ["shared", "t5-small", "swin-t", "transformer"])
-def test_marker_scopes_are_the_tracers_own_scopes(name):
+def test_scope_boundaries_are_the_tracers_own_scopes(name):
     if name == "shared":
         model, args, kwargs = SharedAndRepeated(), (torch.randn(4, 8),), {}
     else:
@@ -64,12 +64,12 @@ def test_marker_scopes_are_the_tracers_own_scopes(name):
         tracer_ops, tracer_scopes, _ = _ops_and_scopes(model, args, kwargs)
     assert len(marked_ops) == len(tracer_ops) > 0
     # The one known difference: the tracer puts the (free) aten::Int conversion of a traced size right
-    # after the size op, where markers place it, while its own scope is that of the module that used it.
+    # after the size op, where boundaries place it, while its own scope is that of the module that used it.
     differing = {(kind, other_kind) for (kind, scope), (other_kind, other_scope) in zip(marked_ops, tracer_ops) if scope != other_scope}
     assert differing <= {("aten::Int", "aten::Int")}
     assert [op for op in marked_ops if op[0] != "aten::Int"] == [op for op in tracer_ops if op[0] != "aten::Int"]
     assert set(marked_scopes) == set(tracer_scopes)
-    assert not {node.kind() for node in graph.nodes()} & {"prim::Enter", "prim::Exit"}  # markers removed
+    assert not graph.findAllNodes("prim::Print")  # the sinks that kept unused values are removed
 
 
 def test_scopes_of_a_shared_module_called_from_two_places():
