@@ -17,6 +17,7 @@ elementwise steps, an FFT kernels that depend on the input's dtype. Those
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional
 
@@ -39,27 +40,40 @@ BackwardFn = Callable[[Any], None]
 
 
 def _decode(value: Any) -> Any:
-    if isinstance(value, UninitializedTensorMixin):  # a lazy module's parameter, before it materialises
-        return TensorMeta(None, value.dtype)
     if isinstance(value, torch.Tensor):
+        if isinstance(value, UninitializedTensorMixin):  # a lazy module's parameter, before it materialises
+            return TensorMeta(None, value.dtype)
         return TensorMeta(tuple(value.shape), value.dtype)
     if isinstance(value, (list, tuple)):
         return [_decode(item) for item in value]
     return value
 
 
-def _arguments(schema: Any, args: tuple, kwargs: dict) -> tuple[list[Any], tuple[str, ...]]:
-    """Positional and keyword arguments in schema order, defaults filled in."""
-    names = tuple(argument.name for argument in schema.arguments)
-    values = []
-    for index, argument in enumerate(schema.arguments):
-        if index < len(args):
-            values.append(_decode(args[index]))
-        elif argument.name in kwargs:
-            values.append(_decode(kwargs[argument.name]))
-        else:
-            values.append(_decode(argument.default_value) if argument.has_default_value() else None)
-    return values, names
+@dataclass(frozen=True)
+class _Signature:
+    """What an op's schema says of its arguments, read once per op: a schema's arguments are
+    pybind11 objects, a few microseconds to read on every call."""
+
+    name: str
+    names: tuple[str, ...]
+    defaults: tuple[Any, ...]
+    """Each argument's default, decoded; None where it has none."""
+
+    @classmethod
+    def of(cls, schema: Any) -> "_Signature":
+        arguments = schema.arguments
+        return cls(
+            schema.name,
+            tuple(argument.name for argument in arguments),
+            tuple(_decode(argument.default_value) if argument.has_default_value() else None for argument in arguments),
+        )
+
+    def values(self, args: tuple, kwargs: dict) -> list[Any]:
+        """Positional and keyword arguments in schema order, decoded, defaults filled in."""
+        values = [_decode(value) for value in args]
+        for name, default in zip(self.names[len(args):], self.defaults[len(args):]):
+            values.append(_decode(kwargs[name]) if name in kwargs else default)
+        return values
 
 
 FUNCTION_LEVEL_KINDS: tuple[str, ...] = (
@@ -93,8 +107,10 @@ FUNCTION_LEVEL_OPS: dict[Callable[..., Any], str] = {
 }
 
 
-def _schema_for(kind: str, arity: int) -> Any:
-    return next(s for s in torch._C._jit_get_schemas_for_operator(kind) if len(s.arguments) >= arity and "out" not in s.overload_name)
+@functools.lru_cache(maxsize=None)
+def _signature_for(kind: str, arity: int) -> _Signature:
+    """The signature of the first overload of ``kind`` that takes ``arity`` arguments (not an ``out=`` one)."""
+    return _Signature.of(next(s for s in torch._C._jit_get_schemas_for_operator(kind) if len(s.arguments) >= arity and "out" not in s.overload_name))
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -106,13 +122,14 @@ class _OpRecorder(TorchDispatchMode):
         """Each op with its full scope path (``"/a/a.b"``); the record's own scope is the innermost module."""
         self.inside_function_level_op = 0
         self._scope_cache: dict[frozenset[str], str] = {}
+        self._signatures: dict[Any, _Signature] = {}
 
-    def add(self, schema: Any, args: tuple, kwargs: dict, output: Any) -> None:
-        inputs, names = _arguments(schema, args, kwargs)
+    def add(self, signature: _Signature, args: tuple, kwargs: dict, output: Any) -> None:
         outputs = [_decode(value) for value in (output if isinstance(output, (list, tuple)) else (output,))]
         phase = BACKWARD if self.tracker.is_bw else FORWARD
         path = self._current_scope()
-        self.records.append((path, EagerOpRecord(schema.name, inputs, outputs, names, path.rpartition("/")[2], phase)))
+        record = EagerOpRecord(signature.name, signature.values(args, kwargs), outputs, signature.names, path.rpartition("/")[2], phase)
+        self.records.append((path, record))
 
     def _current_scope(self) -> str:
         parents = frozenset(self.tracker.parents)
@@ -127,7 +144,10 @@ class _OpRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         output = func(*args, **kwargs)
         if not self.inside_function_level_op:
-            self.add(func._schema, args, kwargs, output)
+            signature = self._signatures.get(func)
+            if signature is None:
+                signature = self._signatures[func] = _Signature.of(func._schema)
+            self.add(signature, args, kwargs, output)
         return output
 
 
@@ -148,7 +168,7 @@ class _FunctionLevelRecorder(TorchFunctionMode):
             output = func(*args, **kwargs)
         finally:
             self.ops.inside_function_level_op -= 1
-        self.ops.add(_schema_for(kind, len(args) + len(kwargs)), args, kwargs, output)
+        self.ops.add(_signature_for(kind, len(args) + len(kwargs)), args, kwargs, output)
         return output
 
 

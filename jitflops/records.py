@@ -150,29 +150,28 @@ class JitOpRecord(OpRecord):
     """A record read lazily from a node of a traced JIT graph: only the arguments a handle asks
     for are decoded, each once."""
 
-    __slots__ = ("node", "kind", "scope", "_values", "_decoded", "_outputs", "_arg_names")
+    __slots__ = ("node", "kind", "scope", "_input_count", "_decoded", "_outputs", "_arg_names")
 
     def __init__(self, node: "torch._C.Node", kind: str, scope: str) -> None:
         self.node = node
         self.kind = kind
         self.scope = scope
-        self._values: Optional[list["torch._C.Value"]] = None
+        self._input_count: Optional[int] = None
         self._decoded: dict[int, Any] = {}
         self._outputs: Optional[list[Any]] = None
         self._arg_names: Optional[tuple[str, ...]] = None
 
     def input(self, index: int) -> Any:
+        """Read one input value of the node: a convolution has 13, its formula reads 3."""
         if index not in self._decoded:
-            if self._values is None:
-                self._values = node_inputs(self.node)
-            self._decoded[index] = decode_jit_value(self._values[index]) if index < len(self._values) else None
+            if self._input_count is None:
+                self._input_count = self.node.inputsSize()
+            self._decoded[index] = decode_jit_value(self.node.inputsAt(index)) if index < self._input_count else None
         return self._decoded[index]
 
     @property
     def inputs(self) -> list[Any]:
-        if self._values is None:
-            self._values = node_inputs(self.node)
-        return [self.input(index) for index in range(len(self._values))]
+        return [self.input(index) for index in range(self.node.inputsSize())]
 
     @property
     def outputs(self) -> list[Any]:

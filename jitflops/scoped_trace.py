@@ -182,9 +182,14 @@ class ScopedTrace:
         return parts
 
 
+_PRIM_OPS = frozenset({"prim::PythonOp", "prim::CallFunction"})
+"""The ``prim::`` kinds counted as ops; the others are graph bookkeeping."""
+
+
 def _prim_op_kind(node: "torch._C.Node", kind: str) -> Optional[str]:
-    """The kind a ``prim::`` node is counted under, or None for graph bookkeeping: a custom
-    autograd Function is named after its class, as in fvcore; a call of a Python function is an op."""
+    """The kind a ``prim::`` node is counted under, or None for graph bookkeeping (not in
+    :data:`_PRIM_OPS`): a custom autograd Function is named after its class, as in fvcore; a call
+    of a Python function is an op."""
     if kind == "prim::PythonOp":
         return f"prim::PythonOp.{node.pyname()}"
     return kind if kind == "prim::CallFunction" else None
@@ -261,26 +266,30 @@ def _read_in_trace(
     read: NodeScopes = {}
     unused = []
     twins: list[str] = []  # kinds of the graph's copies still expected after a Function's node, in order
-    pending = iter(boundaries or ())
-    boundary = next(pending, None)
+    events = iter(boundaries or ())
+    event_node, event_name = next(events, (None, None))  # the next scope event happens right after event_node
     open_scopes = [""]
+    scope = ""
     previous = graph.param_node()
     for node in block.nodes():
-        while boundary is not None and boundary[0] is previous:  # the scope events right after `previous`
-            if boundary[1] is None:
+        while event_node is previous:
+            if event_name is None:
                 open_scopes.pop()
             else:
-                open_scopes.append(f"{open_scopes[-1]}/{boundary[1]}")
-            boundary = next(pending, None)
+                open_scopes.append(f"{open_scopes[-1]}/{event_name}")
+            scope = open_scopes[-1]
+            event_node, event_name = next(events, (None, None))
         previous = node
         kind = node.kind()
         is_prim = kind.startswith("prim::")
         if boundaries is not None:
-            read[node] = (_prim_op_kind(node, kind) if is_prim else kind, open_scopes[-1])
-        if twins and kind == twins[0]:
-            twins.pop(0)
-            continue
-        twins = []
+            op_kind = (_prim_op_kind(node, kind) if kind in _PRIM_OPS else None) if is_prim else kind
+            read[node] = (op_kind, scope)
+        if twins:
+            if kind == twins[0]:
+                twins.pop(0)
+                continue
+            twins = []
         if kind == "prim::TracedModuleForward":
             for inner in node.blocks():
                 _read_in_trace(graph, inner, None)
