@@ -122,6 +122,8 @@ class _OpRecorder(TorchDispatchMode):
         """Each op with its full scope path (``"/a/a.b"``); the record's own scope is the innermost module."""
         self.inside_function_level_op = 0
         self._scope_cache: dict[frozenset[str], str] = {}
+        self._canonical: dict[str, Optional[str]] = {}
+        """``scope_of_name`` per tracker name: the running set differs in every module, its names repeat."""
         self._signatures: dict[Any, _Signature] = {}
 
     def add(self, signature: _Signature, args: tuple, kwargs: dict, output: Any) -> None:
@@ -135,7 +137,11 @@ class _OpRecorder(TorchDispatchMode):
         parents = frozenset(self.tracker.parents)
         scope = self._scope_cache.get(parents)
         if scope is None:
-            names = [self.scope_of_name(name) for name in sorted(parents, key=lambda name: (name.count("."), name))]
+            names = []
+            for name in sorted(parents, key=lambda name: (name.count("."), name)):
+                if name not in self._canonical:
+                    self._canonical[name] = self.scope_of_name(name)
+                names.append(self._canonical[name])
             scope = "/".join([""] + [name for name in names if name])
             self._scope_cache[parents] = scope
         return scope
@@ -231,10 +237,11 @@ def record_with_dispatch(
         path = tracker_name[len(root_type) + 1:] if tracker_name.startswith(root_type + ".") else None
         return aliases.get(path) if path is not None else None
 
-    leaves = list(model.parameters()) + [t for t in call.tensors() if t.requires_grad]
+    # The backward would add into existing gradients in place: it runs on fresh ``.grad`` fields.
+    leaves = (list(model.parameters()) + [t for t in call.tensors() if t.requires_grad]) if backward is not None else []
     saved_grads = [t.grad for t in leaves]
     for tensor in leaves:
-        tensor.grad = None  # the backward would add into an existing gradient in place
+        tensor.grad = None
     tracker = ModuleTracker()
     recorder = _OpRecorder(tracker, scope_of_name)
     try:

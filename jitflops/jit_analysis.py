@@ -26,6 +26,7 @@ from .dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from .errors import HandleError, JitflopsError
 from .handles import ELEMENTWISE_FLOP_FORMULAS, ZERO_COST_OPS, Handle, ShapeFormula
 from .handles.registry import as_counter
+from .model_guard import collector_paused
 from .model_io import ModelCall
 from .op_source import OpSource
 from .records import BACKWARD, FORWARD, JitOpRecord, OpRecord
@@ -343,9 +344,10 @@ class JitModelAnalysis:
 
     def _results(self, emit_warnings: bool = True) -> Statistics:
         if self._stats is None:  # traced from here, not from _analyze: the tracer walks every frame above it per node
-            trace = self.scoped_trace()
-            trace.replay_warnings(self._warn_trace)
-            self._stats = self._analyze(trace)
+            with collector_paused():
+                trace = self.scoped_trace()
+                trace.replay_warnings(self._warn_trace)
+                self._stats = self._analyze(trace)
             self._warnings_emitted = False
         if emit_warnings and not self._warnings_emitted:
             self._warnings_emitted = True

@@ -12,8 +12,7 @@ names it. A scripted submodule keeps its state in C++: only its buffer values ar
 
 :func:`preserved` also forks the random number generators, so an extra forward (dropout in
 training mode) leaves the user's random sequence where it was; pauses Python's cyclic garbage
-collector, as ``timeit`` does (a trace makes Python objects by the thousand, and each collection
-they trigger walks the young objects again: 2-3% of a MobileNetV2 trace); and holds :data:`RECORDING_LOCK`:
+collector, as ``timeit`` does (:func:`collector_paused`); and holds :data:`RECORDING_LOCK`:
 torch's tracer map, the global module hooks of its ``ModuleTracker`` and Python's warning filters
 are process-wide, so recordings run one at a time (other threads keep running their own code).
 Used as a context manager it restores on success, on error and on ``KeyboardInterrupt`` alike.
@@ -57,8 +56,10 @@ class ModelChangedWarning(UserWarning):
     """A forward changed something of the model that could not be put back."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _TensorState:
+    name: str
+    """``"parameter:weight"``, ``"buffer:running_mean"``."""
     tensor: torch.Tensor
     version: int
     requires_grad: bool
@@ -69,29 +70,26 @@ class _TensorState:
     """A lazy module's uninitialised parameter or buffer: its class, device and dtype."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _ModuleState:
     module: nn.Module
     cls: type
+    scripted: bool
     attributes: dict[str, Any]
     """A shallow copy of the module's ``__dict__``: every attribute, the training flag included."""
-    contents: dict[str, Any]
-    """The contents of its non-empty parameter, buffer, child and hook containers, and of its list,
-    dict and set attributes."""
-    tensors: dict[str, _TensorState]
+    containers: list[tuple[Any, Any]]
+    """Its parameter, buffer, child and hook containers, and its list, dict and set attributes,
+    each with a copy of its contents, or None where it was empty."""
+    tensors: list[_TensorState]
 
 
 _CONTAINER_TYPES = frozenset({list, dict, set})
 
 
-def _copy_contents(container: Any) -> Any:
-    if isinstance(container, list):
-        return list(container)
-    return set(container) if isinstance(container, set) else dict(container)
-
-
 def _put_back_contents(container: Any, contents: Any) -> None:
     container.clear()
+    if contents is None:
+        return
     if isinstance(container, list):
         container.extend(contents)
     else:
@@ -103,7 +101,11 @@ def _is_scripted(module: nn.Module) -> bool:
 
 
 class ModelSnapshot:
-    """The restorable state of a model and all its submodules."""
+    """The restorable state of a model and all its submodules.
+
+    Taken and restored around every recording, so it is kept cheap: one pass over the modules, each
+    container's contents copied only where it holds something (most hook containers are empty).
+    """
 
     def __init__(self, model: nn.Module) -> None:
         self._model = model
@@ -111,44 +113,41 @@ class ModelSnapshot:
         self._states = [self._take(module, budget) for module in model.modules()]
 
     @staticmethod
-    def _tensor_state(tensor: torch.Tensor, copy: bool) -> _TensorState:
+    def _tensor_state(name: str, tensor: torch.Tensor, copy: bool) -> _TensorState:
         if isinstance(tensor, UninitializedTensorMixin):
-            return _TensorState(tensor, 0, tensor.requires_grad, None, None, (type(tensor), tensor.device, tensor.dtype))
-        value = tensor.detach().clone() if copy and tensor.device.type != "meta" else None
-        return _TensorState(tensor, tensor._version, tensor.requires_grad, tensor.grad, value)
+            return _TensorState(name, tensor, 0, tensor.requires_grad, None, None, (type(tensor), tensor.device, tensor.dtype))
+        value = tensor.detach().clone() if copy and not tensor.is_meta else None
+        return _TensorState(name, tensor, tensor._version, tensor.requires_grad, tensor.grad, value)
 
     @classmethod
     def _take(cls, module: nn.Module, budget: list[int]) -> _ModuleState:
-        tensors: dict[str, _TensorState] = {}
+        tensors = []
         for name, buffer in module._buffers.items():
             if buffer is not None:
-                tensors[f"buffer:{name}"] = cls._tensor_state(buffer, copy=True)
+                tensors.append(cls._tensor_state("buffer:" + name, buffer, copy=True))
         for name, parameter in module._parameters.items():
             if parameter is not None:
                 size = 0 if isinstance(parameter, UninitializedTensorMixin) else parameter.numel() * parameter.element_size()
                 copy = size <= budget[0]
                 budget[0] -= size if copy else 0
-                tensors[f"parameter:{name}"] = cls._tensor_state(parameter, copy)
+                tensors.append(cls._tensor_state("parameter:" + name, parameter, copy))
         if _is_scripted(module):  # its attributes live in C++: values only
-            return _ModuleState(module, type(module), {}, {}, tensors)
+            return _ModuleState(module, type(module), True, {}, [], tensors)
         attributes = dict(vars(module))
-        # Most hook containers are empty: only non-empty ones are copied, the others are emptied on restore.
-        contents = {name: _copy_contents(live) for name in _MODULE_DICTS if (live := attributes.get(name))}
+        containers = [(live, live.copy() if live else None) for name in _MODULE_DICTS if (live := attributes.get(name)) is not None]
         if not type(module).__module__.startswith("torch."):  # torch's own modules keep no such state
-            for name, value in attributes.items():
-                if type(value) in _CONTAINER_TYPES and name not in contents:
-                    contents[name] = _copy_contents(value)
-        return _ModuleState(module, type(module), attributes, contents, tensors)
+            containers += [(value, value.copy()) for name, value in attributes.items() if type(value) in _CONTAINER_TYPES and name not in _MODULE_DICTS]
+        return _ModuleState(module, type(module), False, attributes, containers, tensors)
 
     def restore(self) -> None:
         unrestorable = []
         with torch.no_grad():  # kernels such as batch norm update buffers without bumping their version
             for state in self._states:
-                if not _is_scripted(state.module):
+                if not state.scripted:
                     self._restore_attributes(state)
-                for key, saved in state.tensors.items():
+                for saved in state.tensors:
                     if not self._restore_tensor(saved):
-                        unrestorable.append((state.module, key.partition(":")[2]))
+                        unrestorable.append((state.module, saved.name.partition(":")[2]))
         if unrestorable:
             names = {module: name for name, module in self._model.named_modules(remove_duplicate=False)}
             unrestorable = [f"{names.get(module, '?')}.{attribute}".lstrip(".") for module, attribute in unrestorable]
@@ -167,14 +166,9 @@ class ModelSnapshot:
         live_attributes = vars(module)
         live_attributes.clear()
         live_attributes.update(state.attributes)
-        for name in _MODULE_DICTS:
-            container = state.attributes.get(name)
-            saved = state.contents.get(name)
+        for container, saved in state.containers:
             if container or saved:
-                _put_back_contents(container, saved or ())
-        for name, saved in state.contents.items():
-            if name not in _MODULE_DICTS:
-                _put_back_contents(state.attributes[name], saved)
+                _put_back_contents(container, saved)
 
     @staticmethod
     def _restore_tensor(saved: _TensorState) -> bool:
@@ -189,8 +183,10 @@ class ModelSnapshot:
                 tensor.data = torch.empty(0, device=device, dtype=dtype)
                 tensor.__class__ = lazy_class
             return True
-        tensor.requires_grad_(saved.requires_grad)
-        tensor.grad = saved.grad
+        if tensor.requires_grad != saved.requires_grad:
+            tensor.requires_grad_(saved.requires_grad)
+        if tensor.grad is not saved.grad:
+            tensor.grad = saved.grad
         if tensor._version == saved.version and saved.value is None:
             return True
         if saved.value is None:
@@ -210,8 +206,13 @@ def _cuda_devices(model: nn.Module) -> list[int]:
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the body, then back as it was."""
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the body, then back as it was.
+
+    A count makes Python objects by the thousand (graph node wrappers, records, snapshots), most of
+    which live until it ends: each collection they trigger walks them again, and with a large
+    library imported a full one walks every object of the process (ResNet-50's snapshot alone:
+    1.6 ms with the collector paused, 3.8 ms without)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -226,7 +227,7 @@ def preserved(model: nn.Module) -> Iterator[None]:
     """Run the body holding :data:`RECORDING_LOCK`, with the garbage collector paused, then restore
     ``model`` (and the random generators) to the state they had before, also if the body raised or
     was interrupted."""
-    with RECORDING_LOCK, _collector_paused():
+    with RECORDING_LOCK, collector_paused():
         snapshot = ModelSnapshot(model)
         try:
             with torch.random.fork_rng(devices=_cuda_devices(model)):

@@ -120,6 +120,22 @@ def _schema_arg_names(schema: str) -> Optional[tuple[str, ...]]:
     return tuple(argument.name for argument in torch._C.parse_schema(schema).arguments)
 
 
+_SEVERAL: tuple[str, ...] = ("<several>",)
+"""In :func:`_arg_names_by_arity`: overloads with that many arguments name them differently."""
+
+
+@functools.lru_cache(maxsize=None)
+def _arg_names_by_arity(kind: str) -> dict[int, tuple[str, ...]]:
+    """Per argument count, the argument names every overload of ``kind`` with that many arguments
+    gives them (:data:`_SEVERAL` where they differ). A traced node passes every argument, so its
+    input count picks the names without printing the node's schema (a few microseconds each)."""
+    names: dict[int, tuple[str, ...]] = {}
+    for schema in torch._C._jit_get_schemas_for_operator(kind):
+        these = tuple(argument.name for argument in schema.arguments)
+        names[len(these)] = these if names.get(len(these), these) == these else _SEVERAL
+    return names
+
+
 def node_inputs(node: "torch._C.Node") -> list["torch._C.Value"]:
     """A JIT node's input values. Indexed, not iterated: the exhausted ``node.inputs()`` iterator
     costs pybind11 a C++ exception, about 8 µs a node, 60 times the cost of an indexed read."""
@@ -182,7 +198,10 @@ class JitOpRecord(OpRecord):
     @property
     def arg_names(self) -> Optional[tuple[str, ...]]:
         if self._arg_names is None:
-            self._arg_names = _schema_arg_names(self.node.schema())
+            if self._input_count is None:
+                self._input_count = self.node.inputsSize()
+            names = _arg_names_by_arity(self.kind).get(self._input_count, _SEVERAL)
+            self._arg_names = names if names is not _SEVERAL else _schema_arg_names(self.node.schema())
         return self._arg_names
 
     def jit_values(self) -> tuple[list["torch._C.Value"], list["torch._C.Value"]]:
