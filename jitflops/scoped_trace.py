@@ -35,7 +35,7 @@ import threading
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
 
 import torch
 import torch.jit._trace as jit_trace
@@ -451,9 +451,36 @@ def trace_with_scopes(
     (default) traces on meta values where that costs less (all but small calls), falling back to
     real values where the model needs them. The counts are the same either way.
     """
-    forced = compute is False
+    tracer, arguments = tracing_plan(model, call, aliases, strict, scope_boundaries, compute)
+    return tracer(*arguments)
+
+
+def tracing_plan(
+    model: nn.Module,
+    call: ModelCall,
+    aliases: Mapping[Any, str],
+    strict: bool = False,
+    scope_boundaries: bool = True,
+    compute: Optional[bool] = None,
+) -> tuple[Callable[..., ScopedTrace], tuple[Any, ...]]:
+    """The function that traces as :func:`trace_with_scopes` does, and its arguments, for the caller
+    to call from its own frame: the tracer walks every Python frame above it for each node it
+    records (about 1% of a MobileNetV2 trace per frame). On real values, that is the function that
+    calls the tracer."""
     parameters = list(model.parameters())
-    if not (computes_by_default(parameters, call) if compute is None else compute):
+    on_values = computes_by_default(parameters, call) if compute is None else compute
+    if on_values and not holds_meta(parameters, call):
+        return _trace_with_scopes, (model, call, aliases, strict, scope_boundaries)
+    return _trace_without_computing, (model, call, aliases, strict, scope_boundaries, on_values, compute is False)
+
+
+def _trace_without_computing(
+    model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool, on_values: bool, forced: bool
+) -> ScopedTrace:
+    """The trace on values without data: a meta copy of the model unless ``on_values``, or the model
+    itself where it is built on the meta device; real values where the model needs them (unless
+    ``forced``), an uninitialised CPU copy where a meta-device model does."""
+    if not on_values:
         blocker = meta_blocker(model, call)
         if blocker is None:
             try:
@@ -466,7 +493,7 @@ def trace_with_scopes(
             raise JitflopsError(f"the model cannot be traced without real values (compute=False): {blocker}")
         else:
             logger.debug("traced on real values: %s", blocker)
-    if holds_meta(parameters, call):  # built on the meta device: no values to compute with
+    if holds_meta(list(model.parameters()), call):  # built on the meta device: no values to compute with
         try:
             return _checked_meta_trace(model, call, aliases, strict, scope_boundaries)
         except Exception as error:
