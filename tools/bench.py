@@ -1,6 +1,8 @@
 """Benchmark: what jitflops costs next to the trace it needs, fvcore and FlopCounterMode.
 
-For each model of the zoo, interleaved over several repetitions (medians reported):
+For each model of the zoo, interleaved over several rounds (at least ``--repeats``; small models get
+more, see :data:`ROUND_SECONDS`), medians reported, and each ratio the median of the two tools'
+ratios round by round:
 
 * ``forward``: the model's own forward, under ``no_grad``;
 * ``trace``: bare ``torch.jit._get_trace_graph`` of the model on its real values, no hooks (the
@@ -140,6 +142,33 @@ def engine_cost(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int)
     return nodes, statistics.median(samples[1:])
 
 
+ROUND_SECONDS = 10.0
+"""Small models get more rounds (up to :data:`MAX_ROUNDS`), so that each model's timing takes
+about this long: a 2-core VM's noise is a few percent of a 100 ms run."""
+MAX_ROUNDS = 25
+
+RATIOS = {
+    "jitflops/forward": ("jitflops", "forward"),
+    "jitflops/FlopCounterMode": ("jitflops", "FlopCounterMode"),
+    "jitflops real/trace": ("jitflops real", "trace"),
+    "jitflops/fvcore": ("jitflops", "fvcore"),
+    "dispatch/FlopCounterMode": ("dispatch", "FlopCounterMode"),
+}
+"""Each ratio is the median over rounds of the two tools' times in the same round (paired: a slow
+moment of the machine slows both). On a meta-device model, where nothing computes, "jitflops real"
+is "jitflops"."""
+
+
+def paired_ratios(seconds: dict[str, list[float]]) -> dict[str, float]:
+    ratios = {}
+    for ratio, (first, second) in RATIOS.items():
+        if first not in seconds and first == "jitflops real":
+            first = "jitflops"
+        if first in seconds and second in seconds:
+            ratios[ratio] = statistics.median(a / b for a, b in zip(seconds[first], seconds[second]))
+    return ratios
+
+
 def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any]:
     model, args, kwargs = ZOO[name].instantiate(device_for(name))
     runners = make_runners(model, args, kwargs)
@@ -147,9 +176,11 @@ def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any
         tools = tuple(t for t in tools if t in META_TOOLS)
     seconds: dict[str, list[float]] = {tool: [] for tool in tools}
     totals: dict[str, float] = {}
+    start = time.perf_counter()
     for tool in tools:  # one untimed run each: imports, caches
         totals[tool] = runners[tool]()
-    for _ in range(repeats):
+    rounds = min(MAX_ROUNDS, max(repeats, int(ROUND_SECONDS / (time.perf_counter() - start))))
+    for _ in range(rounds):
         for tool in tools:
             gc.collect()
             start = time.perf_counter()
@@ -160,8 +191,10 @@ def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any
         "model": name,
         "device": device_for(name),
         "nodes": nodes,
+        "rounds": rounds,
         "engine_s": engine_s,
         "median_s": {tool: statistics.median(values) for tool, values in seconds.items()},
+        "ratios": paired_ratios(seconds),
         "totals": {tool: totals[tool] for tool in tools if tool not in ("trace", "forward")},
     }
 
@@ -280,23 +313,15 @@ def main() -> None:
     for row in results:
         t = row["median_s"]
         ms = lambda tool: f"{t[tool] * 1e3:.0f}" if tool in t else "-"  # noqa: E731
-        ratio = lambda a, b: t[a] / t[b] if a in t and b in t else None  # noqa: E731
         shown = lambda value: f"{value:.2f}" if value is not None else "-"  # noqa: E731
         per_node_us = (t.get("jitflops real", t["jitflops"]) - t["trace"]) / row["nodes"] * 1e6
         engine_us = row["engine_s"] / row["nodes"] * 1e6
         rss = row.get("peak_rss_mib", {})
-        row["ratios"] = {
-            "jitflops/forward": ratio("jitflops", "forward"),
-            "jitflops/FlopCounterMode": ratio("jitflops", "FlopCounterMode"),
-            "jitflops real/trace": ratio("jitflops real", "trace") if "jitflops real" in t else ratio("jitflops", "trace"),
-            "jitflops/fvcore": ratio("jitflops", "fvcore"),
-            "dispatch/FlopCounterMode": ratio("dispatch", "FlopCounterMode"),
-        }
         row["per_node_overhead_us"] = {"engine_after_trace": engine_us, "all_above_bare_trace": per_node_us}
         table.append([
             row["model"], row["device"], str(row["nodes"]),
             *(ms(tool) for tool in ("forward", "trace", "jitflops", "jitflops real", "dispatch", "fvcore", "FlopCounterMode", "FCM fake")),
-            *(shown(row["ratios"][key]) for key in ("jitflops/forward", "jitflops/FlopCounterMode", "jitflops real/trace", "jitflops/fvcore", "dispatch/FlopCounterMode")),
+            *(shown(row["ratios"].get(key)) for key in RATIOS),
             f"{rss['jitflops']:.0f}/{rss.get('jitflops real', float('nan')):.0f}/{rss.get('FlopCounterMode', float('nan')):.0f}" if rss else "-",
             " / ".join(f"{row['totals'][tool] / 1e9:.3f}" for tool in ("jitflops", "jitflops real", "fvcore", "FlopCounterMode") if tool in row["totals"]),
         ])
