@@ -297,6 +297,10 @@ def _read_in_trace(
             twins = [part.kind() for part in node.g("Subgraph").nodes()]
         if (kind == "prim::PythonOp" or not (is_prim or kind in _NOT_WORK)) and not node.hasUses():
             unused.extend(node_outputs(node))
+    while event_node is not None:  # the scopes closed after the last node; any other event was not met
+        if event_node is not previous:
+            raise JitflopsError("the trace lost a node that marked where a module's scope opens or closes: module scopes cannot be read")
+        event_node, event_name = next(events, (None, None))
     if unused:
         graph.create(_KEEP_ALIVE, unused, 0).insertBefore(block.returnNode())
     return read

@@ -10,7 +10,7 @@ import torch
 from fvcore import nn as fvcore_nn
 from torch import nn
 
-from jitflops import DataDependentTraceWarning, FlopCountAnalysis, TraceError, scoped_trace
+from jitflops import DataDependentTraceWarning, FlopCountAnalysis, JitflopsError, TraceError, scoped_trace
 from jitflops.jit_analysis import module_aliases
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO
 from jitflops.model_io import ModelCall
@@ -169,3 +169,12 @@ def test_a_failure_inside_torchs_tracer_is_named_a_torch_bug_and_points_to_dispa
     with pytest.raises(TraceError, match=r"failed inside torch itself \(RuntimeError: .*INTERNAL ASSERT.*torch bug.*backend='dispatch'"):
         FlopCountAnalysis(Fill(), x).total()
     assert FlopCountAnalysis(Fill(), x, backend="dispatch").total() == 27
+
+
+def test_a_scope_boundary_the_graph_lost_is_an_error_not_a_wrong_scope():
+    graph = torch.jit.trace(nn.Linear(2, 2), torch.randn(1, 2)).inlined_graph
+    nodes = list(graph.nodes())
+    assert scoped_trace._read_in_trace(graph, graph.block(), [(nodes[0], "a"), (nodes[-1], None)])[nodes[-1]][1] == "/a"
+    elsewhere = torch._C.Graph().param_node()
+    with pytest.raises(JitflopsError, match="lost a node that marked where a module's scope opens"):
+        scoped_trace._read_in_trace(graph, graph.block(), [(nodes[0], "a"), (elsewhere, None)])
