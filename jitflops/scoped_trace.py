@@ -93,8 +93,8 @@ class ScopedTrace:
         scopes: dict[str, None] = {}
         sinks = []
         for node in graph.nodes():
-            read = read_in_trace.get(node)
-            if read is None:
+            seen = read_in_trace.get(node)
+            if seen is None:
                 kind: Optional[str] = node.kind()
                 if kind == _KEEP_ALIVE and not node.outputsSize():
                     sinks.append(node)
@@ -103,7 +103,7 @@ class ScopedTrace:
                     kind = _prim_op_kind(node, kind)
                 scope = full_scope(node.scopeName())
             else:
-                kind, scope = read
+                kind, scope = seen
             scopes[scope] = None
             if kind is not None:
                 ops.append((kind, (node, scope)))
@@ -460,12 +460,7 @@ def trace_with_scopes(
 
 
 def tracing_plan(
-    model: nn.Module,
-    call: ModelCall,
-    aliases: Mapping[Any, str],
-    strict: bool = False,
-    scope_boundaries: bool = True,
-    compute: Optional[bool] = None,
+    model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool, compute: Optional[bool]
 ) -> tuple[Callable[..., ScopedTrace], tuple[Any, ...]]:
     """The function that traces as :func:`trace_with_scopes` does, and its arguments, for the caller
     to call from its own frame: the tracer walks every Python frame above it for each node it
