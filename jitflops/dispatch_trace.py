@@ -122,8 +122,6 @@ class _OpRecorder(TorchDispatchMode):
         """Each op with its full scope path (``"/a/a.b"``); the record's own scope is the innermost module."""
         self.inside_function_level_op = 0
         self._scope_cache: dict[frozenset[str], str] = {}
-        self._canonical: dict[str, Optional[str]] = {}
-        """``scope_of_name`` per tracker name: the running set differs in every module, its names repeat."""
         self._signatures: dict[Any, _Signature] = {}
 
     def add(self, signature: _Signature, args: tuple, kwargs: dict, output: Any) -> None:
@@ -137,11 +135,7 @@ class _OpRecorder(TorchDispatchMode):
         parents = frozenset(self.tracker.parents)
         scope = self._scope_cache.get(parents)
         if scope is None:
-            names = []
-            for name in sorted(parents, key=lambda name: (name.count("."), name)):
-                if name not in self._canonical:
-                    self._canonical[name] = self.scope_of_name(name)
-                names.append(self._canonical[name])
+            names = [self.scope_of_name(name) for name in sorted(parents, key=lambda name: (name.count("."), name))]
             scope = "/".join([""] + [name for name in names if name])
             self._scope_cache[parents] = scope
         return scope

@@ -429,7 +429,7 @@ def _tracer_call(runner: FlatCall) -> tuple[Any, ...]:
     ``torch.jit._get_trace_graph(runner, runner.flat_inputs())`` does, with fewer Python frames.
 
     The tracer walks every frame of the Python stack for every node it records (each frame costs
-    about 0.5% of the trace on MobileNetV2: ``tools/bench.py``). ``_get_trace_graph`` reaches the
+    about 1% of the trace on MobileNetV2: ``tools/bench.py``). ``_get_trace_graph`` reaches the
     C++ tracer through a wrapper module (four frames), and calling ``runner`` as a module adds
     three more (``__call__``'s layers): the tracer is given ``runner.forward``, and the caller makes
     the call itself rather than through a helper. The rest is the wrapper's call: the inputs followed
@@ -468,17 +468,25 @@ def tracing_plan(
     calls the tracer."""
     parameters = list(model.parameters())
     on_values = computes_by_default(parameters, call) if compute is None else compute
-    if on_values and not holds_meta(parameters, call):
+    on_meta_device = holds_meta(parameters, call)
+    if on_values and not on_meta_device:
         return _trace_with_scopes, (model, call, aliases, strict, scope_boundaries)
-    return _trace_without_computing, (model, call, aliases, strict, scope_boundaries, on_values, compute is False)
+    return _trace_without_computing, (model, call, aliases, strict, scope_boundaries, on_values, on_meta_device, compute is False)
 
 
 def _trace_without_computing(
-    model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool, on_values: bool, forced: bool
+    model: nn.Module,
+    call: ModelCall,
+    aliases: Mapping[Any, str],
+    strict: bool,
+    scope_boundaries: bool,
+    on_values: bool,
+    on_meta_device: bool,
+    forced: bool,
 ) -> ScopedTrace:
     """The trace on values without data: a meta copy of the model unless ``on_values``, or the model
-    itself where it is built on the meta device; real values where the model needs them (unless
-    ``forced``), an uninitialised CPU copy where a meta-device model does."""
+    itself where it is built on the meta device (``on_meta_device``); real values where the model
+    needs them (unless ``forced``), an uninitialised CPU copy where a meta-device model does."""
     if not on_values:
         blocker = meta_blocker(model, call)
         if blocker is None:
@@ -492,7 +500,7 @@ def _trace_without_computing(
             raise JitflopsError(f"the model cannot be traced without real values (compute=False): {blocker}")
         else:
             logger.debug("traced on real values: %s", blocker)
-    if holds_meta(list(model.parameters()), call):  # built on the meta device: no values to compute with
+    if on_meta_device:  # no values to compute with
         try:
             return _checked_meta_trace(model, call, aliases, strict, scope_boundaries)
         except Exception as error:
