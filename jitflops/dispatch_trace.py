@@ -49,6 +49,18 @@ def _decode(value: Any) -> Any:
     return value
 
 
+UNDECLARED_WRITES: dict[str, Optional[str]] = {
+    "aten::native_batch_norm": "training",
+    "aten::cudnn_batch_norm": "training",
+    "aten::miopen_batch_norm": "training",
+    "aten::batch_norm_gather_stats": None,
+    "aten::batch_norm_gather_stats_with_counts": None,
+}
+"""Ops that write their ``running_mean`` and ``running_var`` though their schemas do not say so
+(torch's older batch norm kernels; ``_native_batch_norm_legit`` replaced them with a schema that
+does), each with the flag that says whether a call writes them (None: always)."""
+
+
 @dataclass(frozen=True)
 class _Signature:
     """What an op's schema says of its arguments, read once per op: a schema's arguments are
@@ -58,15 +70,30 @@ class _Signature:
     names: tuple[str, ...]
     defaults: tuple[Any, ...]
     """Each argument's default, decoded; None where it has none."""
+    written: tuple[int, ...]
+    """The arguments the op writes: ``Tensor(a!)`` (in place, ``out=``), and those of :data:`UNDECLARED_WRITES`."""
+    written_if: Optional[int]
+    """The flag argument without which :attr:`written` are not written, if any."""
 
     @classmethod
     def of(cls, schema: Any) -> "_Signature":
         arguments = schema.arguments
+        names = tuple(argument.name for argument in arguments)
+        undeclared = schema.name in UNDECLARED_WRITES
+        flag = UNDECLARED_WRITES.get(schema.name)
         return cls(
             schema.name,
-            tuple(argument.name for argument in arguments),
+            names,
             tuple(_decode(argument.default_value) if argument.has_default_value() else None for argument in arguments),
+            tuple(
+                index for index, argument in enumerate(arguments)
+                if (argument.alias_info is not None and argument.alias_info.is_write) or (undeclared and argument.name in ("running_mean", "running_var"))
+            ),
+            names.index(flag) if flag is not None else None,
         )
+
+    def _argument(self, index: int, args: tuple, kwargs: dict) -> Any:
+        return args[index] if index < len(args) else kwargs.get(self.names[index], self.defaults[index])
 
     def values(self, args: tuple, kwargs: dict) -> list[Any]:
         """Positional and keyword arguments in schema order, decoded, defaults filled in."""
@@ -74,6 +101,14 @@ class _Signature:
         for name, default in zip(self.names[len(args):], self.defaults[len(args):]):
             values.append(_decode(kwargs[name]) if name in kwargs else default)
         return values
+
+    def written_tensors(self, args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
+        """The tensors this call of the op writes."""
+        if self.written_if is not None and not self._argument(self.written_if, args, kwargs):
+            return
+        for index in self.written:
+            value = self._argument(index, args, kwargs)
+            yield from (tensor for tensor in (value if isinstance(value, (list, tuple)) else (value,)) if isinstance(tensor, torch.Tensor))
 
 
 FUNCTION_LEVEL_KINDS: tuple[str, ...] = (
@@ -113,15 +148,23 @@ def _signature_for(kind: str, arity: int) -> _Signature:
     return _Signature.of(next(s for s in torch._C._jit_get_schemas_for_operator(kind) if len(s.arguments) >= arity and "out" not in s.overload_name))
 
 
+def _outermost_first(tracker_name: str) -> tuple[int, str]:
+    return tracker_name.count("."), tracker_name
+
+
 class _OpRecorder(TorchDispatchMode):
-    def __init__(self, tracker: ModuleTracker, scope_of_name: Callable[[str], Optional[str]]) -> None:
+    def __init__(self, tracker: ModuleTracker, module_names: Mapping[str, str], before_write: Callable[[torch.Tensor], None]) -> None:
         super().__init__()
         self.tracker = tracker
-        self.scope_of_name = scope_of_name
+        self.module_names = module_names
+        """The canonical name of each module, under the name the tracker gives it (the root has none)."""
+        self.before_write = before_write
+        """Called with each tensor an op is about to write (the model's snapshot copies it if it is the model's)."""
         self.records: list[tuple[str, EagerOpRecord]] = []
         """Each op with its full scope path (``"/a/a.b"``); the record's own scope is the innermost module."""
         self.inside_function_level_op = 0
         self._scope_cache: dict[frozenset[str], str] = {}
+        self._last_scope: tuple[frozenset[str], str] = (frozenset(), "")
         self._signatures: dict[Any, _Signature] = {}
 
     def add(self, signature: _Signature, args: tuple, kwargs: dict, output: Any) -> None:
@@ -132,21 +175,28 @@ class _OpRecorder(TorchDispatchMode):
         self.records.append((path, record))
 
     def _current_scope(self) -> str:
+        last_parents, last_scope = self._last_scope
+        if self.tracker.parents == last_parents:  # most ops run in the module of the op before
+            return last_scope
         parents = frozenset(self.tracker.parents)
         scope = self._scope_cache.get(parents)
         if scope is None:
-            names = [self.scope_of_name(name) for name in sorted(parents, key=lambda name: (name.count("."), name))]
-            scope = "/".join([""] + [name for name in names if name])
+            names = map(self.module_names.get, sorted(parents, key=_outermost_first))
+            scope = "/".join(["", *filter(None, names)])
             self._scope_cache[parents] = scope
+        self._last_scope = (parents, scope)
         return scope
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
+        signature = self._signatures.get(func)
+        if signature is None:
+            signature = self._signatures[func] = _Signature.of(func._schema)
+        if signature.written:
+            for tensor in signature.written_tensors(args, kwargs):
+                self.before_write(tensor)
         output = func(*args, **kwargs)
         if not self.inside_function_level_op:
-            signature = self._signatures.get(func)
-            if signature is None:
-                signature = self._signatures[func] = _Signature.of(func._schema)
             self.add(signature, args, kwargs, output)
         return output
 
@@ -222,14 +272,10 @@ def record_with_dispatch(
     The model comes back unchanged, gradients included: the backward runs on fresh ``.grad``
     fields, and every parameter's and input's ``.grad`` is put back afterwards.
     """
+    # ModuleTracker names modules ``RootType.child.grandchild``, by any path that reaches them; the
+    # root is the "" every scope starts with.
     root_type = type(model).__name__
-
-    def scope_of_name(tracker_name: str) -> Optional[str]:
-        """ModuleTracker names modules ``RootType.child.grandchild``; jitflops uses canonical names."""
-        if tracker_name == root_type:
-            return None  # the root is the "" every scope starts with
-        path = tracker_name[len(root_type) + 1:] if tracker_name.startswith(root_type + ".") else None
-        return aliases.get(path) if path is not None else None
+    module_names = {f"{root_type}.{path}": name for path, name in aliases.items() if isinstance(path, str) and path}
 
     # The backward would add into existing gradients in place: it runs on fresh ``.grad`` fields.
     leaves = (list(model.parameters()) + [t for t in call.tensors() if t.requires_grad]) if backward is not None else []
@@ -237,14 +283,19 @@ def record_with_dispatch(
     for tensor in leaves:
         tensor.grad = None
     tracker = ModuleTracker()
-    recorder = _OpRecorder(tracker, scope_of_name)
     try:
-        with preserved(model), torch.set_grad_enabled(backward is not None), tracker, recorder, _FunctionLevelRecorder(recorder):
+        with (
+            preserved(model, values_on_write=True) as snapshot,
+            torch.set_grad_enabled(backward is not None),
+            tracker,
+            _OpRecorder(tracker, module_names, snapshot.save_before_write) as recorder,
+            _FunctionLevelRecorder(recorder),
+        ):
             output = call.run(model)
             if backward is not None:
                 backward(output)
     except Exception as error:
-        running = [name for name in (scope_of_name(parent) for parent in tracker.parents) if name]
+        running = [name for name in map(module_names.get, tracker.parents) if name]
         module = max(running, key=lambda name: name.count("."), default="")  # the innermost running module
         failed = model.get_submodule(module) if module else model
         raise TraceError(module, type(failed).__name__, error) from error

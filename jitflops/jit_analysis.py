@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Number, Real
+from types import MappingProxyType
 from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
 
 import torch
@@ -60,10 +61,15 @@ class OpCount(NamedTuple):
 class Statistics:
     """Results of one analysis: counts and unsupported ops per canonical module name, and per op call."""
 
-    counts: dict[str, typing.Counter[str]]
-    unsupported_ops: dict[str, typing.Counter[str]]
+    counts: dict[str, Mapping[str, float]]
+    unsupported_ops: dict[str, Mapping[str, int]]
+    """Both read-only: modules without any share one empty mapping (:data:`_NOTHING`)."""
     uncalled_mods: frozenset[str]
     op_counts: tuple[OpCount, ...]
+
+
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
+"""The counts of a module without any (most modules have no unsupported op)."""
 
 
 def module_aliases(model: nn.Module, named_modules: Optional[Mapping[str, nn.Module]] = None) -> dict[Any, str]:
@@ -78,9 +84,26 @@ def module_aliases(model: nn.Module, named_modules: Optional[Mapping[str, nn.Mod
     return aliases
 
 
-def _ownership_ancestors(name: str) -> list[str]:
-    parts = name.split(".") if name else []
-    return [""] + [".".join(parts[: k + 1]) for k in range(len(parts))]
+def _add_into(totals: dict[str, typing.Counter[str]], name: str, ops: Mapping[str, float]) -> None:
+    """``totals[name] += ops``, a new Counter where ``name`` has none (not ``Counter.update``: its
+    generic checks cost more than the sum, once per module and scope)."""
+    total = totals.get(name)
+    if total is None:
+        totals[name] = Counter(ops)
+        return
+    for key, value in ops.items():
+        total[key] += value
+
+
+def _with_name_prefixes(names: set[str]) -> set[str]:
+    """``names`` and every dotted prefix of them (``"a.b.c"`` adds ``"a.b"``, ``"a"`` and ``""``):
+    their owners, in owner mode."""
+    completed = set(names)
+    for name in names:
+        while name and (owner := name.rpartition(".")[0]) not in completed:  # an owner already there has its own owners
+            completed.add(owner)
+            name = owner
+    return completed
 
 
 def _is_count(value: Any) -> bool:
@@ -90,6 +113,8 @@ def _is_count(value: Any) -> bool:
 
 def _validated(kind: str, scope: str, handle: Handle, result: Any) -> typing.Counter[str]:
     """A handle's result as a Counter of counts, or a ``HandleError`` naming the op and the module."""
+    if type(result) is int and result >= 0:  # what formulas return: checked first, it is checked once per op
+        return as_counter(kind, handle, result)
     if isinstance(result, Number) and not isinstance(result, bool):
         counts = as_counter(kind, handle, result)
     elif isinstance(result, Mapping):
@@ -366,34 +391,38 @@ class JitModelAnalysis:
     def _analyze(self, trace: OpSource) -> Statistics:
         scope_counts, scope_unsupported, op_counts = self._count_per_scope(trace)
         seen: set[str] = set()
+        innermost: set[str] = set()
         for scope in trace.scopes():  # a module is called if an op ran in its scope (fvcore's rule)
-            names = scope.split("/")
-            seen.update(names)
-            if self._ancestor_mode == "owner":
-                seen.update(_ownership_ancestors(names[-1]))
+            seen.update(scope.split("/"))
+            innermost.add(scope.rpartition("/")[2])
+        if self._ancestor_mode == "owner":  # and so are its owners
+            seen |= _with_name_prefixes(innermost)
         uncalled = frozenset(set(self._aliases.values()) - seen)
         return Statistics(self._per_module(scope_counts), self._per_module(scope_unsupported), uncalled, tuple(op_counts))
 
-    def _per_module(self, per_scope: dict[str, typing.Counter[str]]) -> dict[str, typing.Counter[str]]:
-        """Sum counts keyed by full scope into every module they belong to, by the ancestor mode."""
-        totals: dict[str, typing.Counter[str]] = {name: Counter() for name in dict.fromkeys(self._aliases.values())}
+    def _per_module(self, per_scope: dict[str, typing.Counter[str]]) -> dict[str, Mapping[str, float]]:
+        """Sum counts keyed by full scope into every module they belong to, by the ancestor mode;
+        every module of the model gets an entry, in the model's order."""
+        totals: dict[str, typing.Counter[str]] = {}
         if self._ancestor_mode == "caller":
             for scope, ops in per_scope.items():
                 for name in set(scope.split("/")):
-                    totals.setdefault(name, Counter()).update(ops)
-            return totals
-        # Owner mode: an op belongs to its innermost module and to every name prefix of it. Summed
-        # bottom-up, deepest names first, so each module adds its subtotal to its parent once.
-        by_depth: defaultdict[int, dict[str, typing.Counter[str]]] = defaultdict(dict)
-        for scope, ops in per_scope.items():
-            name = scope.rpartition("/")[2]
-            by_depth[name.count(".") + 1 if name else 0].setdefault(name, Counter()).update(ops)
-        for depth in range(max(by_depth, default=0), -1, -1):
-            for name, ops in by_depth[depth].items():
-                totals.setdefault(name, Counter()).update(ops)
-                if depth:
-                    by_depth[depth - 1].setdefault(name.rpartition(".")[0], Counter()).update(ops)
-        return totals
+                    _add_into(totals, name, ops)
+        else:
+            # Owner mode: an op belongs to its innermost module and to every name prefix of it. Summed
+            # bottom-up, deepest names first, so each module adds its subtotal to its parent once.
+            by_depth: defaultdict[int, dict[str, typing.Counter[str]]] = defaultdict(dict)
+            for scope, ops in per_scope.items():
+                name = scope.rpartition("/")[2]
+                _add_into(by_depth[name.count(".") + 1 if name else 0], name, ops)
+            for depth in range(max(by_depth, default=0), -1, -1):
+                for name, ops in by_depth[depth].items():
+                    totals[name] = ops  # complete: each name has one depth, and every deeper name was added
+                    if depth:
+                        _add_into(by_depth[depth - 1], name.rpartition(".")[0], ops)
+        in_model_order: dict[str, Mapping[str, float]] = {name: totals.pop(name, _NOTHING) for name in dict.fromkeys(self._aliases.values())}
+        in_model_order.update(totals)  # names of no module (scopes the tracer made up)
+        return in_model_order
 
     def _count_per_scope(
         self, trace: OpSource

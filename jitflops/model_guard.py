@@ -10,6 +10,12 @@ while the copies stay within :data:`PARAMETER_COPY_BUDGET` (copying a large mode
 cost more than its trace); beyond it a parameter changed in place is reported by a warning that
 names it. A scripted submodule keeps its state in C++: only its buffer values are put back.
 
+A recorder that sees every aten op (the dispatch front end) takes a snapshot without copies
+(``values_on_write``) and calls :meth:`ModelSnapshot.save_before_write` with each tensor an op is
+about to write: only what a forward writes is copied, just before it is written. A write that no op
+declares (through ``.numpy()`` or a raw pointer) is then not seen; one that bumps the version counter
+is still reported by the warning.
+
 :func:`preserved` also forks the random number generators, so an extra forward (dropout in
 training mode) leaves the user's random sequence where it was; pauses Python's cyclic garbage
 collector, as ``timeit`` does (:func:`collector_paused`); and holds :data:`RECORDING_LOCK`:
@@ -79,7 +85,9 @@ class _ModuleState:
     """A shallow copy of the module's ``__dict__``: every attribute, the training flag included."""
     containers: list[tuple[Any, Any]]
     """Its parameter, buffer, child and hook containers, and its list, dict and set attributes,
-    each with a copy of its contents, or None where it was empty."""
+    where they hold something, each with a copy of its contents."""
+    empty: list[Any]
+    """The same containers where they were empty (most hook containers): cleared if filled."""
     tensors: list[_TensorState]
 
 
@@ -88,8 +96,6 @@ _CONTAINER_TYPES = frozenset({list, dict, set})
 
 def _put_back_contents(container: Any, contents: Any) -> None:
     container.clear()
-    if contents is None:
-        return
     if isinstance(container, list):
         container.extend(contents)
     else:
@@ -107,10 +113,29 @@ class ModelSnapshot:
     container's contents copied only where it holds something (most hook containers are empty).
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, values_on_write: bool = False) -> None:
         self._model = model
+        self._values_on_write = values_on_write
         budget = [PARAMETER_COPY_BUDGET]
-        self._states = [self._take(module, budget) for module in model.modules()]
+        self._states = [self._take(module, budget, values_on_write) for module in model.modules()]
+        self._by_storage: Optional[dict[int, list[_TensorState]]] = None
+        """Where values are copied on write: each tensor not copied yet, under the address of its
+        storage; made at the first write (many forwards write nothing in place)."""
+
+    def save_before_write(self, tensor: torch.Tensor) -> None:
+        """An op is about to write ``tensor``: copy the values of the model's tensors that share its
+        storage, if not copied yet."""
+        if self._by_storage is None:
+            self._by_storage = {}
+            for saved in (saved for state in self._states for saved in state.tensors if saved.uninitialized is None):
+                address = _storage_address(saved.tensor)
+                if address is None:  # no storage to watch (a sparse tensor, a wrapper subclass): copied now
+                    saved.value = saved.tensor.detach().clone()
+                elif address:
+                    self._by_storage.setdefault(address, []).append(saved)
+        address = _storage_address(tensor)
+        for saved in self._by_storage.pop(address, ()) if address else ():
+            saved.value = saved.tensor.detach().clone()
 
     @staticmethod
     def _tensor_state(name: str, tensor: torch.Tensor, copy: bool) -> _TensorState:
@@ -120,24 +145,25 @@ class ModelSnapshot:
         return _TensorState(name, tensor, tensor._version, tensor.requires_grad, tensor.grad, value)
 
     @classmethod
-    def _take(cls, module: nn.Module, budget: list[int]) -> _ModuleState:
+    def _take(cls, module: nn.Module, budget: list[int], values_on_write: bool) -> _ModuleState:
         tensors = []
         for name, buffer in module._buffers.items():
             if buffer is not None:
-                tensors.append(cls._tensor_state("buffer:" + name, buffer, copy=True))
+                tensors.append(cls._tensor_state("buffer:" + name, buffer, copy=not values_on_write))
         for name, parameter in module._parameters.items():
             if parameter is not None:
                 size = 0 if isinstance(parameter, UninitializedTensorMixin) else parameter.numel() * parameter.element_size()
-                copy = size <= budget[0]
+                copy = not values_on_write and size <= budget[0]
                 budget[0] -= size if copy else 0
                 tensors.append(cls._tensor_state("parameter:" + name, parameter, copy))
         if _is_scripted(module):  # its attributes live in C++: values only
-            return _ModuleState(module, type(module), True, {}, [], tensors)
+            return _ModuleState(module, type(module), True, {}, [], [], tensors)
         attributes = dict(vars(module))
-        containers = [(live, live.copy() if live else None) for name in _MODULE_DICTS if (live := attributes.get(name)) is not None]
+        live = [value for name in _MODULE_DICTS if (value := attributes.get(name)) is not None]
         if not type(module).__module__.startswith("torch."):  # torch's own modules keep no such state
-            containers += [(value, value.copy()) for name, value in attributes.items() if type(value) in _CONTAINER_TYPES and name not in _MODULE_DICTS]
-        return _ModuleState(module, type(module), False, attributes, containers, tensors)
+            live += [value for name, value in attributes.items() if type(value) in _CONTAINER_TYPES and name not in _MODULE_DICTS]
+        containers = [(container, container.copy()) for container in live if container]
+        return _ModuleState(module, type(module), False, attributes, containers, [container for container in live if not container], tensors)
 
     def restore(self) -> None:
         unrestorable = []
@@ -151,9 +177,9 @@ class ModelSnapshot:
         if unrestorable:
             names = {module: name for name, module in self._model.named_modules(remove_duplicate=False)}
             unrestorable = [f"{names.get(module, '?')}.{attribute}".lstrip(".") for module, attribute in unrestorable]
+            why = "written where no op declared it, as through .numpy()" if self._values_on_write else f"copies are kept only for {PARAMETER_COPY_BUDGET // 2**20} MiB of parameters"
             warnings.warn(
-                f"the forward changed parameter values in place that jitflops could not put back (copies are kept only for "
-                f"{PARAMETER_COPY_BUDGET // 2**20} MiB of parameters): {', '.join(unrestorable)}",
+                f"the forward changed values in place that jitflops could not put back ({why}): {', '.join(unrestorable)}",
                 ModelChangedWarning,
                 stacklevel=3,
             )
@@ -167,8 +193,10 @@ class ModelSnapshot:
         live_attributes.clear()
         live_attributes.update(state.attributes)
         for container, saved in state.containers:
-            if container or saved:
-                _put_back_contents(container, saved)
+            _put_back_contents(container, saved)
+        if any(state.empty):
+            for container in state.empty:
+                container.clear()
 
     @staticmethod
     def _restore_tensor(saved: _TensorState) -> bool:
@@ -199,6 +227,16 @@ class ModelSnapshot:
         return True
 
 
+def _storage_address(tensor: torch.Tensor) -> Optional[int]:
+    """The address of the storage ``tensor`` views, the same for a parameter, its ``.data`` and every
+    view of either (0 on the meta device); None where there is no storage to read (a sparse tensor, a
+    wrapper subclass)."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
 def _cuda_devices(model: nn.Module) -> list[int]:
     if not torch.cuda.is_available():
         return []
@@ -223,14 +261,14 @@ def collector_paused() -> Iterator[None]:
 
 
 @contextmanager
-def preserved(model: nn.Module) -> Iterator[None]:
+def preserved(model: nn.Module, values_on_write: bool = False) -> Iterator[ModelSnapshot]:
     """Run the body holding :data:`RECORDING_LOCK`, with the garbage collector paused, then restore
     ``model`` (and the random generators) to the state they had before, also if the body raised or
-    was interrupted."""
+    was interrupted. Yields the snapshot (see :meth:`ModelSnapshot.save_before_write`)."""
     with RECORDING_LOCK, collector_paused():
-        snapshot = ModelSnapshot(model)
+        snapshot = ModelSnapshot(model, values_on_write)
         try:
             with torch.random.fork_rng(devices=_cuda_devices(model)):
-                yield
+                yield snapshot
         finally:
             snapshot.restore()

@@ -5,7 +5,10 @@ For a few samples of each op (float32, CPU), each op wrapped in a module:
 * no op is unsupported, under either backend;
 * the JIT and dispatch backends give the same total;
 * on the ops ``FlopCounterMode`` counts (products, convolutions, attention), the dispatch backend's
-  count of those ops is ``FlopCounterMode``'s halved (it counts a multiply-add as two flops).
+  count of those ops is ``FlopCounterMode``'s halved (it counts a multiply-add as two flops);
+* an op's tensor arguments held as a module's buffers come back unchanged from a dispatch count,
+  which copies values only where an op says it writes them (its schema, or the batch norm kernels
+  of ``dispatch_trace.UNDECLARED_WRITES``).
 
 ``JITFLOPS_OPDB_SAMPLES`` sets the samples per op (default 2; ``tools/`` sweeps use more).
 """
@@ -22,6 +25,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from jitflops import FlopCountAnalysis
+from jitflops.model_guard import ModelChangedWarning
 
 common_methods_invocations = pytest.importorskip("torch.testing._internal.common_methods_invocations")
 
@@ -104,5 +108,43 @@ def test_op_is_counted_alike_by_both_backends_and_torch(info):
                 info.op(*args, **sample.kwargs)
             ours = sum(op.count for op in dispatch.op_counts() if op.kind in FLOP_COUNTER_KINDS)
             assert 2 * ours == torch_count.get_total_flops()
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+class OpOnBuffers(nn.Module):
+    """The op applied to the module's own buffers (the sample's tensor arguments), as a model's forward applies its
+    parameters: what the op writes, the count must put back."""
+
+    def __init__(self, op, args, kwargs):
+        super().__init__()
+        self.op, self.kwargs, self.args = op, kwargs, args
+        for index, value in enumerate(args):
+            if isinstance(value, torch.Tensor) and value.layout == torch.strided:
+                self.register_buffer(f"arg{index}", value.clone())
+
+    def forward(self):
+        return self.op(*[self._buffers.get(f"arg{index}", value) for index, value in enumerate(self.args)], **self.kwargs)
+
+
+def _unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
+    return before.shape == after.shape and bool(((before == after) | (before != before) & (after != after)).all())
+
+
+@pytest.mark.parametrize("info", OPS, ids=[f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name for info in OPS])
+def test_what_an_op_writes_of_the_model_comes_back(info):
+    logging.disable(logging.WARNING)
+    try:
+        for sample in _samples(info):
+            args = (sample.input, *sample.args)
+            if not _runs_eagerly(info, args, sample.kwargs):
+                continue
+            model = OpOnBuffers(info.op, args, sample.kwargs)
+            before = {name: buffer.clone() for name, buffer in model.named_buffers()}
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", ModelChangedWarning)
+                FlopCountAnalysis(model, (), backend="dispatch").unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
+            changed = [name for name, buffer in model.named_buffers() if not _unchanged(before[name], buffer)]
+            assert not changed, f"{info.name} wrote {changed} and the count did not put them back"
     finally:
         logging.disable(logging.NOTSET)

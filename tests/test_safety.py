@@ -158,6 +158,77 @@ def test_a_parameter_that_cannot_be_put_back_is_named_in_a_warning(monkeypatch):
         FlopCountAnalysis(model, torch.randn(2, 4)).total()
 
 
+class WritesItsTensors(nn.Module):
+    """A forward that writes its parameters and buffers in every way an op can, in training mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4)  # training: native_batch_norm writes running stats its schema does not declare
+        self.register_buffer("seen", torch.zeros(4))
+        self.flat = nn.Parameter(torch.zeros(8))
+
+    def forward(self, x):
+        self.fc.weight.data.mul_(2)  # through .data: the parameter's own version does not move
+        torch.sum(x, 0, out=self.seen)  # out=
+        with torch.no_grad():
+            self.fc.bias[1:].fill_(3)  # a view of a parameter
+            torch._foreach_add_([self.flat], 1.0)  # a list of tensors
+        return self.bn(self.fc(x)) + self.flat[:4]
+
+
+def _snapshots_taken(monkeypatch) -> list:
+    taken = []
+    original = model_guard.ModelSnapshot.__init__
+
+    def remembering(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        taken.append(self)
+
+    monkeypatch.setattr(model_guard.ModelSnapshot, "__init__", remembering)
+    return taken
+
+
+def _copied(snapshot) -> set:
+    return {(type(state.module).__name__, saved.name) for state in snapshot._states for saved in state.tensors if saved.value is not None}
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_dispatch_copies_what_ops_write_just_before_they_write_it_and_puts_it_back(monkeypatch, backward):
+    model = WritesItsTensors().train()
+    before = model_state(model)
+    taken = _snapshots_taken(monkeypatch)
+    FlopCountAnalysis(model, torch.randn(3, 4), backend="dispatch", backward=backward).total()
+    assert_same_state(before, model_state(model))
+    assert _copied(taken[0]) == {
+        ("Linear", "parameter:weight"), ("Linear", "parameter:bias"), ("WritesItsTensors", "buffer:seen"), ("WritesItsTensors", "parameter:flat"),
+        ("BatchNorm1d", "buffer:running_mean"), ("BatchNorm1d", "buffer:running_var"), ("BatchNorm1d", "buffer:num_batches_tracked"),
+    }
+    taken.clear()
+    FlopCountAnalysis(model.eval(), torch.randn(3, 4), backend="dispatch").total()  # eval: batch norm writes nothing
+    assert ("BatchNorm1d", "buffer:running_mean") not in _copied(taken[0])
+    FlopCountAnalysis(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).eval(), torch.randn(3, 4), backend="dispatch").total()
+    assert _copied(taken[1]) == set()  # a forward that writes nothing of the model costs no copy
+
+
+def test_a_write_no_op_declares_is_named_in_a_warning_by_dispatch():
+    """Written with torch's dispatch modes switched off: the recorder cannot see it, the version counter can."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    class Hidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            with _disable_current_modes(), torch.no_grad():
+                self.fc.weight.mul_(2)
+            return self.fc(x)
+
+    with pytest.warns(model_guard.ModelChangedWarning, match=r"could not put back \(written where no op declared it.*\): fc\.weight"):
+        FlopCountAnalysis(Hidden(), torch.randn(2, 4), backend="dispatch").total()
+
+
 @pytest.mark.parametrize("entry_point", list(ENTRY_POINTS))
 def test_lazy_modules_are_counted_and_the_model_stays_lazy(entry_point):
     """Counted as the first forward materialises them; afterwards the model is untouched and works."""
