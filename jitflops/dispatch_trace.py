@@ -13,6 +13,11 @@ counting convention: an adaptive average pool to one output becomes a ``mean``, 
 elementwise steps, an FFT kernels that depend on the input's dtype. Those
 (:data:`FUNCTION_LEVEL_KINDS`) are recorded one level up, where Python calls them (a
 ``TorchFunctionMode``), as the JIT records them, and what they decompose into is not recorded again.
+
+Since every op passes through the recorder before it runs, the model's snapshot copies nothing up
+front: the recorder hands it each tensor an op is about to write (what the op's schema marks
+``Tensor(a!)``, and the running statistics of :data:`UNDECLARED_WRITES`), and the snapshot copies
+it if it is the model's (:meth:`~jitflops.model_guard.ModelSnapshot.save_before_write`).
 """
 
 from __future__ import annotations
