@@ -3,8 +3,10 @@
 Each architecture is built from its config class with generic shrinking (few layers, small hidden
 sizes, few heads and experts) and random weights, given inputs made from its ``main_input_name``,
 and run eagerly. Where the forward runs, it is counted by both backends and by ``FlopCounterMode``,
-and the sweep reports per architecture: errors, unsupported ops, JIT != dispatch, and totals below
-``FlopCounterMode``'s (halved: it counts a multiply-add as two flops).
+then by the dispatch backend in training mode with its backward, and the sweep reports per
+architecture: errors, unsupported ops, JIT != dispatch, totals below ``FlopCounterMode``'s (halved:
+it counts a multiply-add as two flops), and any parameter or buffer the counts did not give back as
+it was (values, ``requires_grad``, ``.grad``).
 
     python tools/sweep.py                       # every architecture, results in tools/sweep_results.json
     python tools/sweep.py --only bert,llama     # some
@@ -85,10 +87,14 @@ class ArchitectureResult:
     error: str = ""
     jit_error: str = ""
     dispatch_error: str = ""
+    training_error: str = ""
+    """The dispatch backend's count in training mode, with the backward pass."""
     jit: Optional[int] = None
     dispatch: Optional[int] = None
     flop_counter: Optional[float] = None
     unsupported: dict = field(default_factory=dict)
+    changed: list = field(default_factory=list)
+    """Parameters and buffers that did not come back from the counts as they were."""
     seconds: float = 0.0
 
     @property
@@ -100,7 +106,7 @@ class ArchitectureResult:
     def clean(self) -> bool:
         return (
             self.jit is not None and self.dispatch is not None and self.jit == self.dispatch and not self.unsupported
-            and (self.flop_counter is None or 2 * self.jit >= self.flop_counter)
+            and (self.flop_counter is None or 2 * self.jit >= self.flop_counter) and not self.changed
         )
 
 
@@ -143,6 +149,26 @@ def _inputs(model: Any, config: Any) -> dict[str, Any]:
     if getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = torch.randint(0, 2, (1, SEQUENCE))
     return inputs
+
+
+def _tensor_states(model: Any) -> dict[str, tuple]:
+    """Each parameter's and buffer's values, ``requires_grad`` and ``.grad``, copied."""
+    tensors = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    return {name: (tensor.detach().clone(), tensor.requires_grad, None if tensor.grad is None else tensor.grad.clone()) for name, tensor in tensors}
+
+
+def _same_values(before: Any, after: Any) -> bool:
+    if before is None or after is None:
+        return before is after
+    return before.shape == after.shape and bool(((before == after) | (before != before) & (after != after)).all())
+
+
+def _changed(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    return sorted(
+        name for name in before.keys() | after.keys()
+        if name not in before or name not in after or not _same_values(before[name][0], after[name][0])
+        or before[name][1] != after[name][1] or not _same_values(before[name][2], after[name][2])
+    )
 
 
 def run_architecture(model_type: str, class_name: str) -> ArchitectureResult:
@@ -190,6 +216,7 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
     if result.status != "ok":
         return result
     unsupported: Counter = Counter()
+    before = _tensor_states(model)
     for backend in ("jit", "dispatch"):
         try:
             analysis = jitflops.FlopCountAnalysis(model, inputs, backend=backend)
@@ -197,6 +224,13 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
             unsupported.update({f"{backend}:{op}": n for op, n in analysis.unsupported_ops().items()})
         except Exception as error:
             setattr(result, f"{backend}_error", f"{type(error).__name__}: {str(error)[:300]}")
+    try:  # training mode: dropout, batch statistics, the backward's gradients
+        jitflops.FlopCountAnalysis(model.train(), inputs, backend="dispatch", backward=True).total()
+    except Exception as error:
+        result.training_error = f"{type(error).__name__}: {str(error)[:300]}"
+    finally:
+        model.eval()
+    result.changed = _changed(before, _tensor_states(model))
     result.unsupported = dict(unsupported)
     result.status = "counted"
     result.seconds = round(time.perf_counter() - start, 2)
@@ -242,6 +276,8 @@ def summarise(results: list[dict]) -> dict[str, Any]:
         "not cleanly, unexplained": sum(not r.clean and not r.known_difference for r in typed),
         "JIT fails": sum(bool(r.jit_error) for r in typed),
         "dispatch fails": sum(bool(r.dispatch_error) for r in typed),
+        "training-mode dispatch count with backward fails": sum(bool(r.training_error) for r in typed),
+        "model not given back as it was": sum(bool(r.changed) for r in typed),
         "with unsupported ops": sum(bool(r.unsupported) for r in typed),
         "JIT != dispatch": sum(r.jit is not None and r.dispatch is not None and r.jit != r.dispatch for r in typed),
         "below FlopCounterMode / 2": sum(r.jit is not None and r.flop_counter is not None and 2 * r.jit < r.flop_counter for r in typed),
@@ -267,7 +303,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     with multiprocessing.get_context("spawn").Pool(args.workers, maxtasksperchild=20) as pool:
         for index, result in enumerate(pool.imap(run_with_time_limit, tasks), 1):
             results.append(result)
-            faults = [k for k in ("error", "jit_error", "dispatch_error") if result.get(k)] + (["unsupported"] if result.get("unsupported") else [])
+            faults = [k for k in ("error", "jit_error", "dispatch_error", "training_error", "changed") if result.get(k)] + (["unsupported"] if result.get("unsupported") else [])
             if result["status"] == "counted" and result["jit"] != result["dispatch"]:
                 faults.append(f"jit {result['jit']} != dispatch {result['dispatch']}")
             print(f"[{index}/{len(tasks)}] {result['model_type']}: {result['status']} {' '.join(faults)}", flush=True)
