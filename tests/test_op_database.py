@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from typing import Iterator
 
 import pytest
 import torch
@@ -86,30 +87,41 @@ def _count(model, args, backend):
 OPS = common_methods_invocations.op_db
 
 
-@pytest.mark.parametrize("info", OPS, ids=[f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name for info in OPS])
-def test_op_is_counted_alike_by_both_backends_and_torch(info):
+OP_IDS = [f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name for info in OPS]
+
+
+@pytest.fixture(autouse=True)
+def _log_errors_only():
     logging.disable(logging.WARNING)
-    try:
-        for sample in _samples(info):
-            args = (sample.input, *sample.args)
-            if not _runs_eagerly(info, args, sample.kwargs):
-                continue
-            model = OpModule(info.op, sample.kwargs)
-            dispatch_total, dispatch_unsupported, dispatch = _count(model, args, "dispatch")
-            try:
-                jit_total, jit_unsupported, _ = _count(model, args, "jit")
-            except Exception as error:
-                assert info.name in TRACER_CANNOT_TRACE, f"{info.name}: {type(error).__name__}: {error}"
-                continue
-            assert not jit_unsupported and not dispatch_unsupported, (jit_unsupported, dispatch_unsupported)
-            if (info.name, info.variant_test_name) not in KNOWN_BACKEND_DIFFERENCES:
-                assert jit_total == dispatch_total, f"jit {jit_total} != dispatch {dispatch_total}"
-            with FlopCounterMode(display=False) as torch_count:
-                info.op(*args, **sample.kwargs)
-            ours = sum(op.count for op in dispatch.op_counts() if op.kind in FLOP_COUNTER_KINDS)
-            assert 2 * ours == torch_count.get_total_flops()
-    finally:
-        logging.disable(logging.NOTSET)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def _runnable_samples(info) -> Iterator[tuple[tuple, dict]]:
+    """The op's samples (positional and keyword arguments) that run eagerly."""
+    for sample in _samples(info):
+        args = (sample.input, *sample.args)
+        if _runs_eagerly(info, args, sample.kwargs):
+            yield args, sample.kwargs
+
+
+@pytest.mark.parametrize("info", OPS, ids=OP_IDS)
+def test_op_is_counted_alike_by_both_backends_and_torch(info):
+    for args, kwargs in _runnable_samples(info):
+        model = OpModule(info.op, kwargs)
+        dispatch_total, dispatch_unsupported, dispatch = _count(model, args, "dispatch")
+        try:
+            jit_total, jit_unsupported, _ = _count(model, args, "jit")
+        except Exception as error:
+            assert info.name in TRACER_CANNOT_TRACE, f"{info.name}: {type(error).__name__}: {error}"
+            continue
+        assert not jit_unsupported and not dispatch_unsupported, (jit_unsupported, dispatch_unsupported)
+        if (info.name, info.variant_test_name) not in KNOWN_BACKEND_DIFFERENCES:
+            assert jit_total == dispatch_total, f"jit {jit_total} != dispatch {dispatch_total}"
+        with FlopCounterMode(display=False) as torch_count:
+            info.op(*args, **kwargs)
+        ours = sum(op.count for op in dispatch.op_counts() if op.kind in FLOP_COUNTER_KINDS)
+        assert 2 * ours == torch_count.get_total_flops()
 
 
 class OpOnBuffers(nn.Module):
@@ -131,20 +143,13 @@ def _unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
     return before.shape == after.shape and bool(((before == after) | (before != before) & (after != after)).all())
 
 
-@pytest.mark.parametrize("info", OPS, ids=[f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name for info in OPS])
+@pytest.mark.parametrize("info", OPS, ids=OP_IDS)
 def test_what_an_op_writes_of_the_model_comes_back(info):
-    logging.disable(logging.WARNING)
-    try:
-        for sample in _samples(info):
-            args = (sample.input, *sample.args)
-            if not _runs_eagerly(info, args, sample.kwargs):
-                continue
-            model = OpOnBuffers(info.op, args, sample.kwargs)
-            before = {name: buffer.clone() for name, buffer in model.named_buffers()}
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", ModelChangedWarning)
-                FlopCountAnalysis(model, (), backend="dispatch").unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
-            changed = [name for name, buffer in model.named_buffers() if not _unchanged(before[name], buffer)]
-            assert not changed, f"{info.name} wrote {changed} and the count did not put them back"
-    finally:
-        logging.disable(logging.NOTSET)
+    for args, kwargs in _runnable_samples(info):
+        model = OpOnBuffers(info.op, args, kwargs)
+        before = {name: buffer.clone() for name, buffer in model.named_buffers()}
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ModelChangedWarning)
+            FlopCountAnalysis(model, (), backend="dispatch").unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
+        changed = [name for name, buffer in model.named_buffers() if not _unchanged(before[name], buffer)]
+        assert not changed, f"{info.name} wrote {changed} and the count did not put them back"
