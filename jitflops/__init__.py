@@ -3,7 +3,7 @@ operator and per module, in one hierarchy."""
 
 from .activation_count import ActivationCountAnalysis, activation_count
 from .jit_analysis import JitModelAnalysis
-from .errors import DataDependentTraceWarning, HandleError, JitflopsError, OpShapeError, TraceError
+from .errors import DataDependentTraceWarning, HandleError, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
 from .flop_count import FlopCountAnalysis, flop_count
 from .handles import Handle, ShapeFormula, get_shape
 from .deepspeed_report import format_model_profile
@@ -48,6 +48,7 @@ __all__ = [
     "write_ops_csv",
     "Handle",
     "HandleError",
+    "JitFallbackWarning",
     "JitModelAnalysis",
     "JitflopsError",
     "OpShapeError",

@@ -70,6 +70,7 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
     if summary.backward_macs is not None:
         lines.append(_line("bwd MACs per GPU (measured by jitflops)", f"{deepspeed_macs(summary.backward_macs)} = {summary.backward_factor:.3g} x fwd"))
     lines.append(_line("forward passes profiled", summary.forwards))
+    lines.append(_line("counted by", summary.front_end))
     if summary.forward is not None and len(summary.forward.samples) > 1:
         lines.append(_line("fwd latency runs", f"median of {len(summary.forward.samples)} runs, IQR {deepspeed_seconds(summary.forward.iqr)}"))
         if summary.forward.noisy:

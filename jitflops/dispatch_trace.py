@@ -6,7 +6,8 @@ ops in eager fallback and are seen as such) and any output type, and it sees the
 Torch's ``ModuleTracker`` says which modules are running, in the forward and, through autograd
 hooks, in the backward, where an op belongs to the modules whose forward created the gradient it
 computes. Each op becomes an :class:`~jitflops.records.EagerOpRecord` read by the same handles as
-the JIT's records.
+the JIT's records. The gradient hooks are set only where a backward is recorded, and only on
+tensors autograd can hook (:class:`_ScopeTracker`).
 
 A few composite ops decompose, below autograd, into ops that cost something else under the
 counting convention: an adaptive average pool to one output becomes a ``mean``, an RMS norm
@@ -32,6 +33,7 @@ from torch import nn
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from torch.utils.module_tracker import ModuleTracker
 
 from .errors import TraceError
@@ -153,12 +155,45 @@ def _signature_for(kind: str, arity: int) -> _Signature:
     return _Signature.of(next(s for s in torch._C._jit_get_schemas_for_operator(kind) if len(s.arguments) >= arity and "out" not in s.overload_name))
 
 
+def _hookable(tensor: Any) -> bool:
+    """Whether autograd can hook the gradient of ``tensor``: it requires one and has a gradient
+    function, or is a dense leaf. A view of a parameter made under ``no_grad`` (a class token
+    ``expand``ed for the batch) requires grad but has neither; a sparse leaf has no dense view to hook."""
+    return (
+        isinstance(tensor, torch.Tensor) and tensor.requires_grad
+        and (tensor.grad_fn is not None or (tensor.is_leaf and not tensor._is_view() and tensor.layout == torch.strided))
+    )
+
+
+class _ScopeTracker(ModuleTracker):
+    """Torch's ``ModuleTracker``, with gradient hooks only where they are needed and possible.
+
+    The tracker hooks the gradients of each module's inputs and outputs to know which module a
+    backward op belongs to. A forward-only recording sets none (``backward=False``): scopes there
+    come from the forward hooks alone. With a backward, tensors autograd cannot hook
+    (:func:`_hookable`) are left out, where the tracker itself would assert.
+    """
+
+    def __init__(self, backward: bool) -> None:
+        super().__init__()
+        self.backward = backward
+
+    def _gradient_hook_targets(self, values: Any) -> list[torch.Tensor]:
+        return [value for value in tree_leaves(values) if _hookable(value)] if self.backward else []
+
+    def _fw_pre_hook(self, mod: nn.Module, input: Any) -> None:
+        super()._fw_pre_hook(mod, self._gradient_hook_targets(input))
+
+    def _fw_post_hook(self, mod: nn.Module, input: Any, output: Any) -> None:
+        super()._fw_post_hook(mod, input, self._gradient_hook_targets(output))
+
+
 def _outermost_first(tracker_name: str) -> tuple[int, str]:
     return tracker_name.count("."), tracker_name
 
 
 class _OpRecorder(TorchDispatchMode):
-    def __init__(self, tracker: ModuleTracker, module_names: Mapping[str, str], before_write: Callable[[torch.Tensor], None]) -> None:
+    def __init__(self, tracker: _ScopeTracker, module_names: Mapping[str, str], before_write: Callable[[torch.Tensor], None]) -> None:
         super().__init__()
         self.tracker = tracker
         self.module_names = module_names
@@ -287,7 +322,7 @@ def record_with_dispatch(
     saved_grads = [t.grad for t in leaves]
     for tensor in leaves:
         tensor.grad = None
-    tracker = ModuleTracker()
+    tracker = _ScopeTracker(backward is not None)
     try:
         with (
             preserved(model, values_on_write=True) as snapshot,

@@ -42,3 +42,7 @@ class HandleError(JitflopsError):
 
 class DataDependentTraceWarning(UserWarning):
     """The JIT trace met Python control flow that depends on tensor values: it counted the path taken."""
+
+
+class JitFallbackWarning(UserWarning):
+    """The JIT tracer cannot trace the model: the dispatch backend counted it instead (the message says why)."""

@@ -41,6 +41,8 @@ UNITS = {
     "mfu": "achieved FLOP/s / peak_flops (a fraction, 0 to 1)",
     "memory_*": "bytes",
     "forwards": "forward calls the counts and latencies cover (totals when more than 1)",
+    "counted_by": "the front end that recorded the ops: jit (the JIT trace) or dispatch (the ops as they ran)",
+    "fallback_reason": "why the dispatch backend counted where the JIT trace was asked for (null: it did not)",
 }
 
 
@@ -59,6 +61,8 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "batch_size": summary.batch_size,
             "params": summary.params,
             "forwards": summary.forwards,
+            "counted_by": summary.counted_by,
+            "fallback_reason": summary.fallback_reason,
             "macs": summary.macs,
             "flops": summary.flops,
             "elementwise_flops": summary.elementwise_flops,

@@ -66,7 +66,8 @@ class FlopCountAnalysis(JitModelAnalysis):
             if self._elementwise
             else "elementwise ops (arithmetic, activation functions, softmax) not counted (elementwise=True counts them)"
         )
-        return f"1 fused multiply-add = 1 flop (fvcore's convention: #flops here are MACs; JSON, CSV, op table and DeepSpeed outputs give flops = 2 x MACs); bias adds not counted; {elementwise}"
+        counted = f"; counted by the dispatch backend: {self.fallback_reason}" if self.fallback_reason else ""
+        return f"1 fused multiply-add = 1 flop (fvcore's convention: #flops here are MACs; JSON, CSV, op table and DeepSpeed outputs give flops = 2 x MACs); bias adds not counted; {elementwise}{counted}"
 
 
 def flop_count(

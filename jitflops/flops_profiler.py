@@ -91,6 +91,8 @@ class _CountedCall:
 
     call: ModelCall
     tree: ModuleProfile
+    fallback_reason: Optional[str] = None
+    """Why the dispatch backend counted this call (the JIT cannot trace it); None: the JIT counted it."""
     forwards: int = 0
     backward_macs: Optional[int] = None
 
@@ -364,21 +366,16 @@ class FlopsProfiler:
         counted = self._counted.get(key)
         if counted is None:
             assert call is not None  # new at the start of the forward
-            counted = self._counted[key] = _CountedCall(call, self._count_call(call))
+            counted = self._counted[key] = self._count_call(call)
         counted.forwards += 1
         for node in counted.tree.walk():
             macs, flops = self._inclusive.get(node.name, (0, 0))
             self._inclusive[node.name] = (macs + node.macs, flops + node.flops)
         self._write_module_attributes()
 
-    def _count_call(self, call: ModelCall) -> ModuleProfile:
-        try:
-            flops, activations = count_model(self.model, call, self.elementwise)
-            return build_hierarchy(self.model, flops, activations)
-        except JitflopsError as error:
-            logger.warning("jitflops: the JIT tracer cannot count this forward (%s); counting it as it runs (backend='dispatch')", error)
-            flops, activations = count_model(self.model, call, self.elementwise, backend="dispatch")
-            return build_hierarchy(self.model, flops, activations)
+    def _count_call(self, call: ModelCall) -> _CountedCall:
+        flops, activations = count_model(self.model, call, self.elementwise)
+        return _CountedCall(call, build_hierarchy(self.model, flops, activations), flops.fallback_reason)
 
     def _latency_totals(self) -> dict[str, LatencyStats]:
         return {name: _total(stats) for name, stats in self._hooks.modules.stats().items()} if self._hooks else {}
@@ -434,6 +431,7 @@ class FlopsProfiler:
         root = remove_module_types(root, self.model, self.ignore_modules)
         hooks = self._hooks
         engine = self.ds_engine
+        fallback = next((c.fallback_reason for c in counted if c.fallback_reason), None)
         summary = ProfileSummary.of(
             root, self.model, counted[0].call if counted else None, self.model_parallel_size,
             parallel=ParallelSizes.of_engine(engine) if engine is not None else None,
@@ -445,6 +443,8 @@ class FlopsProfiler:
             recompute_fwd_factor=self.recompute_fwd_factor,
             peak_flops=self.peak_flops if self.peak_flops is not None or not counted else model_peak_flops(self.model, counted[0].call),
             batch_size=engine.train_micro_batch_size_per_gpu() if callable(getattr(engine, "train_micro_batch_size_per_gpu", None)) else None,
+            counted_by="dispatch" if fallback is not None else "jit",
+            fallback_reason=fallback,
         )
         return gather_profile(ModelProfile(root, summary, profile_convention(self.elementwise), (), hooks.modules.last_spans if hooks else (), step))
 

@@ -243,7 +243,7 @@ def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = N
     body = (
         f'<div class="jf" id="{root_id}"><style>{_STYLE}</style>'
         f"<h2>{html.escape(profile.root.type_name)}: {summary.macs:,} MACs, {summary.flops:,} FLOPs, {summary.params:,} params</h2>"
-        f'<div class="note">{timing}. Counting convention: {html.escape(profile.convention)}.</div>'
+        f'<div class="note">{timing}. Counted by {html.escape(summary.front_end)}. Counting convention: {html.escape(profile.convention)}.</div>'
         '<div class="bar"><label>metric <select class="metric">' + options + "</select></label>"
         '<label>view <select class="view"><option value="tree">module tree</option><option value="roofline">roofline</option></select></label>'
         '<span class="legend"><span class="legend-label"></span><span class="ramp"></span><span class="swatch"></span> not called / no value</span></div>'

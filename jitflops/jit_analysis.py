@@ -13,6 +13,7 @@ import inspect
 import logging
 import math
 import typing
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ import torch
 from torch import nn
 
 from .dispatch_trace import BackwardFn, default_backward, record_with_dispatch
-from .errors import HandleError, JitflopsError
+from .errors import HandleError, JitFallbackWarning, JitflopsError
 from .handles import ELEMENTWISE_FLOP_FORMULAS, ZERO_COST_OPS, Handle, ShapeFormula
 from .handles.registry import as_counter
+from .jit_fallback import USE_DISPATCH, fallback_reason, untraceable_reason
 from .model_guard import collector_paused
 from .model_io import ModelCall
 from .op_source import OpSource
@@ -152,21 +154,26 @@ class JitModelAnalysis:
             inputs: the positional arguments: a tensor, a tuple of arguments (any nesting of
                 tensors, lists, dicts and non-tensor values), or a mapping used as keyword arguments.
             kwargs: keyword arguments for the forward call.
-            backend: ``"jit"`` (default): count from the JIT trace, as fvcore does.
-                ``"dispatch"``: record the aten ops the model runs eagerly; follows data-dependent
-                control flow, any output, ``torch.compile``d models, and the backward pass.
+            backend: ``"jit"`` (default): count from the JIT trace, as fvcore does; where the
+                tracer cannot trace the model (compiled, FSDP2, DTensor or quantized models, a
+                failure inside torch's tracer), the dispatch backend counts it instead, with a
+                :class:`~jitflops.errors.JitFallbackWarning` naming the reason (:attr:`counted_by`
+                says which front end counted). ``"dispatch"``: record the aten ops the model runs
+                eagerly; follows data-dependent control flow, any output, ``torch.compile``d models,
+                and the backward pass.
             backward: with the dispatch backend, also run and count the backward pass: ``True``
                 backpropagates from the sum of the model's floating-point outputs; a callable
                 receives the model's output and runs its own backward. Backward ops are counted
                 under ``backward.<op>`` keys, so ``by_phase()`` can tell the two passes apart.
             strict: with the JIT backend, raise a ``TraceError`` where Python control flow depends on
-                tensor values. By default, as in fvcore, the path the inputs took is counted and a
-                ``DataDependentTraceWarning`` names the module and source line.
+                tensor values, and raise where the tracer cannot trace the model instead of counting
+                it with the dispatch backend. By default, as in fvcore, the path the inputs took is
+                counted and a ``DataDependentTraceWarning`` names the module and source line.
             compute: with the JIT backend, whether the trace computes on the real values: ``None``
                 (default) traces on values without data (``meta``) where that is cheaper (all but
                 small calls) and falls back to real values where the model needs them; ``True``
-                always computes; ``False`` never does (and raises where the model needs values).
-                The counts are the same.
+                always computes; ``False`` never does (and raises where the model needs values,
+                or where the tracer cannot trace it). The counts are the same.
         """
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -185,6 +192,7 @@ class JitModelAnalysis:
         self._op_handles: dict[str, Handle] = {}
         self._ignored_ops: set[str] = set(self._default_ignored_ops())
         self._trace: Optional[OpSource] = None
+        self._fallback: Optional[str] = None
         self._stats: Optional[Statistics] = None
         self._warnings_emitted = False
         self.unsupported_ops_warnings(True)
@@ -351,34 +359,85 @@ class JitModelAnalysis:
         if other._model is not self._model or not other._call.is_same_call(self._call) or other._front_end_settings() != self._front_end_settings():
             raise ValueError("share_trace needs an analysis of the same model and inputs, with the same backend")
         self._trace = other.scoped_trace()
+        self._fallback = other._fallback
         self._stats = None
         return self
 
     @property
     def backend(self) -> str:
+        """The front end asked for: ``"jit"`` or ``"dispatch"`` (:attr:`counted_by` is the one that counted)."""
         return self._backend
+
+    @property
+    def counted_by(self) -> str:
+        """The front end that recorded the ops: ``"jit"``, or ``"dispatch"`` (asked for, or the JIT's
+        fallback: :attr:`fallback_reason` says why). Records the model on first use."""
+        self.scoped_trace()
+        return "dispatch" if self._backend == "dispatch" or self._fallback is not None else "jit"
+
+    @property
+    def fallback_reason(self) -> Optional[str]:
+        """Why the dispatch backend counted a model the JIT was asked to (None: it did not)."""
+        self.scoped_trace()
+        return self._fallback
 
     def scoped_trace(self) -> OpSource:
         """The model's ops with their scopes (a JIT trace or a dispatch recording), taken on first use and kept."""
         if self._trace is None:
             front_end, arguments = self._front_end()
-            self._trace = front_end(*arguments)
+            try:
+                self._trace = front_end(*arguments)
+            except Exception as error:
+                self._trace = self._recorded_after(error)
         return self._trace
 
     def _front_end(self) -> tuple[Callable[..., OpSource], tuple[Any, ...]]:
         """The function that records the model's ops, and its arguments: called by the method that
         needs the recording, not from a helper, since the tracer walks every frame above it per node
-        (about 1% of a MobileNetV2 trace per frame)."""
+        (about 1% of a MobileNetV2 trace per frame). Where the JIT cannot trace the model, known
+        before tracing, the dispatch backend records it (:mod:`jitflops.jit_fallback`)."""
         if self._backend == "jit":
-            return tracing_plan(self._model, self._call, self._aliases, self._strict, True, self._compute)
+            reason = untraceable_reason(self._model, self._call)
+            if reason is None:
+                return tracing_plan(self._model, self._call, self._aliases, self._strict, True, self._compute)
+            if not self._may_fall_back():
+                raise JitflopsError(f"{reason}: {USE_DISPATCH}")
+            self._falling_back(reason)
         return record_with_dispatch, (self._model, self._call, self._aliases, self._backward)
+
+    def _may_fall_back(self) -> bool:
+        return self._backend == "jit" and not self._strict and self._compute is not False
+
+    def _falling_back(self, reason: str) -> None:
+        self._fallback = reason
+        warnings.warn(
+            f"jitflops: {reason}; the dispatch backend counts it instead, recording the ops as they run "
+            f"(backend='dispatch' asks for it, strict=True raises instead)",
+            JitFallbackWarning,
+            stacklevel=4,
+        )
+
+    def _recorded_after(self, error: Exception) -> OpSource:
+        """The dispatch backend's recording where the JIT's trace failed with ``error``, if the fallback
+        is allowed and the model's forward runs; ``error`` otherwise (it names the module at fault)."""
+        if not self._may_fall_back():
+            raise error
+        try:
+            trace = record_with_dispatch(self._model, self._call, self._aliases, None)
+        except Exception:
+            raise error  # the model fails eagerly too: the trace's error says where
+        self._falling_back(fallback_reason(error))
+        return trace
 
     def _results(self, emit_warnings: bool = True) -> Statistics:
         if self._stats is None:
             with collector_paused():
                 if self._trace is None:
                     front_end, arguments = self._front_end()
-                    self._trace = front_end(*arguments)
+                    try:
+                        self._trace = front_end(*arguments)
+                    except Exception as error:
+                        self._trace = self._recorded_after(error)
                 self._trace.replay_warnings(self._warn_trace)
                 self._stats = self._analyze(self._trace)
             self._warnings_emitted = False

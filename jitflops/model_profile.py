@@ -82,6 +82,17 @@ class ProfileSummary:
     """The device's peak FLOP/s for the model's dtype (None: unknown); MFU is measured against it."""
     element_bytes: int = 4
     """Bytes per element of the model's floating-point tensors (for arithmetic intensity)."""
+    counted_by: str = "jit"
+    """The front end that recorded the ops: ``"jit"`` or ``"dispatch"``."""
+    fallback_reason: Optional[str] = None
+    """Why the dispatch backend counted where the JIT was asked to (None: it did not)."""
+
+    @property
+    def front_end(self) -> str:
+        """Which front end counted, in words, for printouts: with the fallback's reason where there was one."""
+        if self.fallback_reason:
+            return f"the dispatch backend, the JIT's fallback ({self.fallback_reason})"
+        return "the dispatch backend (ops as they run)" if self.counted_by == "dispatch" else "the JIT trace"
 
     @classmethod
     def of(cls, root: ModuleProfile, model: nn.Module, call: Optional[ModelCall], model_parallel_size: int, **measured: Any) -> "ProfileSummary":

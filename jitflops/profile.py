@@ -78,6 +78,8 @@ def profile_model(
         timing_overhead=timing.overhead if timing else None,
         backward_macs=measure_backward_macs(model, call, backward) if backward else None,
         peak_flops=peak_flops if peak_flops is not None or not timed else model_peak_flops(model, call),
+        counted_by=flops.counted_by,
+        fallback_reason=flops.fallback_reason,
     )
     return gather_profile(ModelProfile(root, summary, profile_convention(elementwise), rows, timing.spans if timing else (), None, flops, activations))
 
@@ -87,5 +89,5 @@ def profile_of_analysis(analysis: JitModelAnalysis) -> ModelProfile:
     flops = analysis if isinstance(analysis, FlopCountAnalysis) else None
     activations = analysis if isinstance(analysis, ActivationCountAnalysis) else None
     root = build_hierarchy(analysis._model, flops, activations)
-    summary = ProfileSummary.of(root, analysis._model, analysis._call, 1, forward=None)
+    summary = ProfileSummary.of(root, analysis._model, analysis._call, 1, forward=None, counted_by=analysis.counted_by, fallback_reason=analysis.fallback_reason)
     return ModelProfile(root, summary, profile_convention(bool(flops and flops.counts_elementwise)), (), (), None, flops, activations)

@@ -44,6 +44,7 @@ from torch.jit import TracerWarning
 
 from .errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
 from .meta_values import MATERIALISE_META_BYTES, computes_by_default, meta_kernels_for_tracing, empty_copy, holds_meta, lost_values, meta_blocker, size_in_bytes
+from .jit_fallback import USE_DISPATCH, is_compiled
 from .model_guard import preserved
 from .model_io import FlatCall, ModelCall
 from .records import JitOpRecord, OpRecord, node_inputs, node_outputs
@@ -265,6 +266,7 @@ def _read_in_trace(
     """
     read: NodeScopes = {}
     unused = []
+    bools = []
     twins: list[str] = []  # kinds of the graph's copies still expected after a Function's node, in order
     events = iter(boundaries or ())
     event_node, event_name = next(events, (None, None))  # the next scope event happens right after event_node
@@ -282,6 +284,8 @@ def _read_in_trace(
         previous = node
         kind = node.kind()
         is_prim = kind.startswith("prim::")
+        if kind == "prim::Constant" and node.output().type() == _BOOL:
+            bools.append(node)
         if boundaries is not None:
             op_kind = (_prim_op_kind(node, kind) if kind in _PRIM_OPS else None) if is_prim else kind
             read[node] = (op_kind, scope)
@@ -303,7 +307,30 @@ def _read_in_trace(
         event_node, event_name = next(events, (None, None))
     if unused:
         graph.create(_KEEP_ALIVE, unused, 0).insertBefore(block.returnNode())
+    _bools_as_scalars(graph, bools)
     return read
+
+
+_BOOL = torch._C.BoolType.get()
+
+
+def _bools_as_scalars(graph: "torch._C.Graph", constants: Sequence["torch._C.Node"]) -> None:
+    """Give the ops that took a Python bool as a ``Scalar`` (``mask.scatter(-1, index, False)``,
+    ``x.masked_fill(m, True)``, ``torch.full_like(x, True)``) the same value as an int.
+
+    The tracer records such an argument as a bool constant, which no overload's ``Scalar`` matches;
+    the tracer's clean-up then fails inside torch ("INTERNAL ASSERT FAILED ... We don't have an op for
+    aten::scatter but it isn't a special case"), as on the sparse-attention models of transformers
+    (DeepSeek-V3.2's indexer). A Scalar is cast to the op's dtype, so ``True`` and ``1`` give the same
+    result. Only the uses that match no schema are rewritten: a bool argument stays a bool.
+    """
+    for constant in constants:
+        value = constant.output()
+        for use in value.uses():
+            user = use.user
+            if user.kind().startswith("aten::") and user.schema() == "(no schema)":
+                with graph.insert_point_guard(user):
+                    user.replaceInput(use.offset, graph.insertConstant(int(value.toIValue())))
 
 
 def _recording(boundaries: _ScopeBoundaries, read: NodeScopes) -> Callable[[], ContextManager[None]]:
@@ -318,9 +345,6 @@ def _recording(boundaries: _ScopeBoundaries, read: NodeScopes) -> Callable[[], C
         read.update(_read_in_trace(graph, graph.block(), boundaries.events if boundaries.installed else None))
 
     return around_model
-
-
-USE_DISPATCH = "use FlopCountAnalysis(..., backend='dispatch'), which records the ops as they run"
 
 
 _TORCH_INTERNAL_ERRORS = ("INTERNAL ASSERT FAILED", "unordered_map::at")
@@ -342,14 +366,6 @@ def _explained(failed: nn.Module, error: Exception) -> Exception:
             f"a torch bug rather than a fault of the model; {USE_DISPATCH}"
         )
     return error
-
-
-def _is_compiled(model: nn.Module) -> bool:
-    try:
-        from torch._dynamo.eval_frame import OptimizedModule
-    except ImportError:  # a torch without dynamo
-        return False
-    return isinstance(model, OptimizedModule)
 
 
 _SHAPE_SOURCES = _SHAPE_QUERIES | {
@@ -544,7 +560,7 @@ def _trace_with_scopes(model: nn.Module, call: ModelCall, aliases: Mapping[Any, 
     ``scope_boundaries=False`` leaves the tracer's own scopes on the graph's nodes (``scopeName()``),
     at their cost, for code that reads them.
     """
-    if _is_compiled(model):
+    if is_compiled(model):
         raise JitflopsError(f"the model is compiled with torch.compile, which the JIT tracer cannot follow: {USE_DISPATCH}")
     traced = model.module if isinstance(model, _WRAPPERS) else model
     scope_names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}

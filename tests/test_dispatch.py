@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from jitflops import DataDependentTraceWarning, FlopCountAnalysis, HandleError, JitflopsError, TraceError
+from jitflops import DataDependentTraceWarning, FlopCountAnalysis, HandleError, JitFallbackWarning, JitflopsError, TraceError
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO, ConvNet, TinyTransformer
 
 from helpers import assert_same_state, model_state
@@ -136,8 +136,11 @@ def test_compiled_model():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # whatever torch's version says about compiling with global hooks
         assert FlopCountAnalysis(compiled, x, backend="dispatch").total() == 2 * (8 * 16 + 16 * 4)
+        with pytest.warns(JitFallbackWarning, match="torch.compile"):
+            default = FlopCountAnalysis(compiled, x)
+            assert default.total() == 2 * (8 * 16 + 16 * 4) and default.counted_by == "dispatch"
     with pytest.raises(JitflopsError, match=r"torch.compile.*backend='dispatch'"):
-        FlopCountAnalysis(compiled, x).total()
+        FlopCountAnalysis(compiled, x, strict=True).total()
 
 
 def test_backward_is_measured_and_attributed_to_modules():

@@ -8,6 +8,10 @@ torch's own rule. ``pdist`` compares the ``N (N - 1) / 2`` pairs within one set.
 
 Row-wise distances and similarities (``pairwise_distance``, ``cosine_similarity``, ``dist``) are
 elementwise work, with the losses.
+
+Backward (dispatch front end): ``_cdist_backward`` computes the gradient of one set (torch calls it
+once per set that needs one) with one multiply-add per pair per feature, as the forward;
+``_pdist_backward`` likewise for the one set.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ def _pairs_and_features(op: OpRecord) -> tuple[int, int]:
     return batch * first[-2] * second[-2], first[-1]
 
 
-@FLOP_FORMULAS.register("aten::_cdist_forward")
+@FLOP_FORMULAS.register("aten::_cdist_forward", "aten::_cdist_backward")
 def cdist_kernel_flops(op: OpRecord) -> int:
     pairs, features = _pairs_and_features(op)
     return pairs * features
@@ -46,7 +50,7 @@ def cdist_flops(op: OpRecord) -> int:
     return euclidean_dist_flops(op) if uses_matmul else cdist_kernel_flops(op)
 
 
-@FLOP_FORMULAS.register("aten::pdist", "aten::_pdist_forward")
+@FLOP_FORMULAS.register("aten::pdist", "aten::_pdist_forward", "aten::_pdist_backward")
 def pdist_flops(op: OpRecord) -> int:
     vectors, features = op.shape("self")
     return vectors * (vectors - 1) // 2 * features

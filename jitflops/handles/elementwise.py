@@ -12,8 +12,11 @@ these formulas:
 * losses and row-wise distances, as their compositions: a few flops per element of the input
   (``LOSS_FLOPS_PER_ELEMENT``: the subtraction, square or log, and the reduction of ``mse_loss`` are 3).
 
-The backward forms the dispatch front end sees (``gelu_backward``, ``threshold_backward``, ...)
-count like their forward ops.
+The backward forms the dispatch front end sees count like their forward ops: activations'
+(``gelu_backward``, ``threshold_backward``, ...) 1 flop per element, losses' the flops per element of
+their forward (``mse_loss_backward``: 3), and the gradients that add up what the forward copied or
+looked up (a padding's borders, overlapping ``unfold`` windows, ``embedding_bag``'s rows, segments)
+1 flop per element added in.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ POINTWISE_OPS = with_inplace(
     # backward forms, seen by the dispatch front end
     "threshold_backward gelu_backward silu_backward tanh_backward sigmoid_backward hardtanh_backward "
     "hardswish_backward hardsigmoid_backward leaky_relu_backward elu_backward softplus_backward mish_backward "
-    "native_dropout_backward"
+    "native_dropout_backward hardshrink_backward softshrink_backward logit_backward log_sigmoid_backward "
+    "rrelu_with_noise_backward glu_backward _prelu_kernel_backward"
 ) + [f"aten::special_{name}" for name in (
     "airy_ai bessel_j0 bessel_j1 bessel_y0 bessel_y1 chebyshev_polynomial_t chebyshev_polynomial_u chebyshev_polynomial_v "
     "chebyshev_polynomial_w digamma entr erf erfc erfcx erfinv exp2 expit expm1 gammainc gammaincc gammaln "
@@ -66,6 +70,10 @@ ACCUMULATED_OPERAND = {
     "aten::_unsafe_masked_index_put_accumulate": "values",
     "aten::segment_reduce": "data",
     "aten::col2im": "self",
+    # backward forms: the output gradient added into the input gradient where the forward copied or reused values
+    "aten::_segment_reduce_backward": "data",
+    "aten::unfold_backward": "grad_in",
+    **{f"aten::{kind}_pad{rank}d_backward": "grad_output" for kind in ("reflection", "replication") for rank in (1, 2, 3)},
 }
 """Scatters that add (or reduce) one operand into another: which argument is added in."""
 
@@ -78,6 +86,14 @@ LOSS_FLOPS_PER_ELEMENT = {
     **dict.fromkeys(("nll_loss", "nll_loss_nd", "nll_loss2d", "nll_loss_forward", "nll_loss2d_forward", "ctc_loss", "_ctc_loss"), 1),
 }
 """Flops per element of a loss's (or row-wise distance's) first input: its elementwise steps and reduction."""
+
+LOSS_BACKWARD_INPUT = {
+    **{f"aten::{loss}_backward": (loss, "self") for loss in (
+        "mse_loss", "binary_cross_entropy", "smooth_l1_loss", "huber_loss", "soft_margin_loss", "multi_margin_loss",
+        "multilabel_margin_loss", "nll_loss", "nll_loss2d")},
+    "aten::_ctc_loss_backward": ("_ctc_loss", "log_probs"),
+}
+"""A loss's backward kernel: the forward it counts as, and its argument that was the forward's input."""
 
 
 @ELEMENTWISE_FLOP_FORMULAS.register(*POINTWISE_OPS)
@@ -100,12 +116,27 @@ def accumulate_flops(op: OpRecord) -> int:
     return prod(op.shape(ACCUMULATED_OPERAND[op.kind]))
 
 
-@ELEMENTWISE_FLOP_FORMULAS.register("aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only")
+@ELEMENTWISE_FLOP_FORMULAS.register(
+    "aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only", "aten::_embedding_bag_per_sample_weights_backward",
+)
 def embedding_bag_flops(op: OpRecord) -> int:
-    """Every looked-up row is added into its bag."""
+    """Every looked-up row is added into its bag (the backward for ``per_sample_weights``: the output
+    gradient's dot product with each looked-up row)."""
     return prod(op.shape("indices")) * op.shape("weight")[-1]
+
+
+@ELEMENTWISE_FLOP_FORMULAS.register("aten::_embedding_bag_backward")
+def embedding_bag_backward_flops(op: OpRecord) -> int:
+    """Every bag's gradient row is added into the gradient of each row it looked up."""
+    return prod(op.shape("indices")) * op.shape("grad")[-1]
 
 
 @ELEMENTWISE_FLOP_FORMULAS.register(*(f"aten::{name}" for name in LOSS_FLOPS_PER_ELEMENT))
 def loss_flops(op: OpRecord) -> int:
     return LOSS_FLOPS_PER_ELEMENT[op.kind.removeprefix("aten::")] * prod(op.operand_shape())
+
+
+@ELEMENTWISE_FLOP_FORMULAS.register(*LOSS_BACKWARD_INPUT)
+def loss_backward_flops(op: OpRecord) -> int:
+    forward, operand = LOSS_BACKWARD_INPUT[op.kind]
+    return LOSS_FLOPS_PER_ELEMENT[forward] * prod(op.shape(operand))

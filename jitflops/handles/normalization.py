@@ -26,11 +26,12 @@ _TRAINING_KINDS = frozenset({"aten::_batch_norm_with_update", "aten::_batch_norm
 
 
 def _training(op: OpRecord) -> bool:
-    """Batch norm normalises with batch statistics: ``training`` (``train`` in the backward), or
-    the ``_with_update`` forms; the ``_no_training``/``_no_update`` forms use the running ones."""
+    """Batch norm normalises with batch statistics: ``training`` (``train`` in the backward,
+    ``update`` in the backward of the ``_with_update`` forms), or the ``_with_update`` forms; the
+    ``_no_training``/``_no_update`` forms use the running ones."""
     if op.kind in _TRAINING_KINDS:
         return True
-    for name in ("training", "train"):
+    for name in ("training", "train", "update"):
         if op.has_arg(name):
             return bool(op.arg(name))
     return False
@@ -54,7 +55,7 @@ def rms_norm_flops(op: OpRecord) -> int:
     return _per_element(op, 4, 3)
 
 
-@FLOP_FORMULAS.register("aten::native_batch_norm_backward")
+@FLOP_FORMULAS.register("aten::native_batch_norm_backward", "aten::batch_norm_backward")
 def batch_norm_backward_flops(op: OpRecord) -> int:
     return 2 * batch_norm_flops(op)
 

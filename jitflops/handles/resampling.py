@@ -98,8 +98,17 @@ _GRID_SAMPLE_NEIGHBOURS = {  # (interpolation_mode, spatial dims) -> neighbours 
 }
 
 
+def _grid_sample_neighbours(op: OpRecord) -> int:
+    spatial_dims = len(op.shape("input")) - 2
+    return _GRID_SAMPLE_NEIGHBOURS.get((op.arg("interpolation_mode"), spatial_dims), 4)
+
+
 @FLOP_FORMULAS.register("aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d")
 def grid_sample_flops(op: OpRecord) -> int:
-    spatial_dims = len(op.shape("input")) - 2
-    neighbours = _GRID_SAMPLE_NEIGHBOURS.get((op.arg("interpolation_mode"), spatial_dims), 4)
-    return op.output_numel() * neighbours
+    return op.output_numel() * _grid_sample_neighbours(op)
+
+
+@FLOP_FORMULAS.register("aten::grid_sampler_2d_backward", "aten::grid_sampler_3d_backward")
+def grid_sample_backward_flops(op: OpRecord) -> int:
+    """Each element of the output gradient goes back to the neighbours it was sampled from."""
+    return prod(op.shape("grad_output")) * _grid_sample_neighbours(op)

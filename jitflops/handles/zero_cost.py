@@ -56,5 +56,6 @@ ZERO_COST_OPS: frozenset[str] = _aten(
     "masked_fill_backward _unsafe_split as_strided_ as_strided_scatter slice_scatter select_scatter "
     "diagonal_backward diagonal_scatter _reshape_copy sym_size sym_numel sym_stride is_same_size "
     "_has_compatible_shallow_copy_type set_ resize_ resize_as_ zero _chunk_cat _to_sparse to_sparse _linalg_check_errors "
-    "as_strided_copy diagonal_copy narrow_copy split_with_sizes_copy unfold_copy"
+    "as_strided_copy diagonal_copy narrow_copy split_with_sizes_copy unfold_copy masked_scatter_backward "
+    "_efficientzerotensor _unique"
 )

@@ -1,0 +1,83 @@
+"""Models the JIT tracer cannot count, and the dispatch backend counts instead.
+
+The default front end is the JIT trace: fvcore's numbers, wherever it can trace. Some models it
+cannot trace at all, and the default call counts those with the dispatch backend (which records
+the aten ops as they run), says so once with a :class:`~jitflops.errors.JitFallbackWarning` naming
+the reason, and records which front end counted (``analysis.counted_by``, profiles' summaries, the
+JSON and the printouts). ``strict=True`` raises instead, and so does ``compute=False`` (the dispatch
+backend runs the model).
+
+Some reasons are known before tracing (:func:`untraceable_reason`), and no trace is tried: a
+failed trace part-way through an FSDP2 forward would leave its parameters gathered. The others
+show up as the trace fails (:func:`fallback_reason`): an error inside torch's own tracer, or any
+other trace failure where the model's eager forward runs. Where the forward itself fails, the
+trace's error is raised, naming the module at fault.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .model_io import ModelCall
+
+USE_DISPATCH = "use FlopCountAnalysis(..., backend='dispatch'), which records the ops as they run"
+
+def is_compiled(model: nn.Module) -> bool:
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except ImportError:  # a torch without dynamo
+        return False
+    return isinstance(model, OptimizedModule)
+
+
+def _is_dtensor(tensor: torch.Tensor) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch built without distributed
+        return False
+    return isinstance(tensor, DTensor)
+
+
+def _fsdp2_module(model: nn.Module) -> Optional[str]:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return None
+    return next((name for name, module in model.named_modules() if isinstance(module, FSDPModule)), None)
+
+
+def _quantized_module(model: nn.Module) -> Optional[tuple[str, type]]:
+    """The first module of torch's quantized module families (``torch.ao.nn.quantized``, dynamic and
+    static): their weights are packed objects, not tensors, which the tracer cannot take as inputs."""
+    for name, module in model.named_modules():
+        if type(module).__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized")):
+            return name, type(module)
+    return None
+
+
+def untraceable_reason(model: nn.Module, call: ModelCall) -> Optional[str]:
+    """Why the JIT tracer cannot trace ``model`` on ``call``, where that is known before tracing; None otherwise."""
+    if is_compiled(model):
+        return "the model is compiled with torch.compile, which the JIT tracer cannot follow"
+    fsdp = _fsdp2_module(model)
+    if fsdp is not None:
+        return f"the model is sharded by FSDP2 (fully_shard on {f'module {fsdp!r}' if fsdp else 'the root module'}), whose hooks the JIT tracer cannot follow"
+    parameter = next((name for name, tensor in model.named_parameters() if _is_dtensor(tensor)), None)
+    if parameter is not None:
+        return f"the model holds DTensor parameters ({parameter!r}: tensor or sequence parallelism), which the JIT tracer cannot take"
+    if any(_is_dtensor(tensor) for tensor in call.tensors()):
+        return "the model's inputs are DTensors, which the JIT tracer cannot take"
+    quantized = _quantized_module(model)
+    if quantized is not None:
+        name, module_type = quantized
+        return f"the model is quantized ({module_type.__module__}.{module_type.__name__} at {f'module {name!r}' if name else 'the root'}), whose packed weights the JIT tracer cannot take"
+    return None
+
+
+def fallback_reason(error: Exception) -> str:
+    """What a failed trace says, in one line, for the fallback's warning."""
+    first_line = (str(error).strip().splitlines() or [""])[0].replace(f"; {USE_DISPATCH}", "")
+    return f"the JIT trace failed: {first_line}"
