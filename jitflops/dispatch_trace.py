@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -40,7 +41,7 @@ from .errors import TraceError
 from .handles.spectral import FFT_KINDS
 from .model_guard import preserved
 from .model_io import ModelCall, tensor_leaves
-from .records import BACKWARD, FORWARD, EagerOpRecord, OpRecord, TensorMeta
+from .records import BACKWARD, FORWARD, RECOMPUTE, EagerOpRecord, OpRecord, TensorMeta
 
 BackwardFn = Callable[[Any], None]
 """Runs the backward pass from the model's output (by default: the sum of its float tensors)."""
@@ -177,15 +178,35 @@ class _ScopeTracker(ModuleTracker):
     def __init__(self, backward: bool) -> None:
         super().__init__()
         self.backward = backward
+        self.forwards_running = 0
+        """Module forwards running now: in the backward pass, those of activation checkpointing's recompute."""
 
     def _gradient_hook_targets(self, values: Any) -> list[torch.Tensor]:
         return [value for value in tree_leaves(values) if _hookable(value)] if self.backward else []
 
+    def __enter__(self) -> "_ScopeTracker":
+        # The forward hook is always called, also when the forward raises: activation checkpointing
+        # stops its recompute with an exception once it has the activations the backward needs.
+        self._fw_pre_handle = register_module_forward_pre_hook(self._fw_pre_hook)
+        self._fw_post_handle = register_module_forward_hook(self._fw_post_hook, always_call=True)
+        return self
+
     def _fw_pre_hook(self, mod: nn.Module, input: Any) -> None:
+        self.forwards_running += 1
         super()._fw_pre_hook(mod, self._gradient_hook_targets(input))
 
     def _fw_post_hook(self, mod: nn.Module, input: Any, output: Any) -> None:
+        self.forwards_running -= 1
         super()._fw_post_hook(mod, input, self._gradient_hook_targets(output))
+
+    @property
+    def phase(self) -> str:
+        """The phase an op runs in now. An op of the backward pass that runs inside a module's forward
+        belongs to activation checkpointing's recompute (``torch.utils.checkpoint``, either variant,
+        runs the checkpointed modules' forwards again while the backward needs their activations)."""
+        if not self.is_bw:
+            return FORWARD
+        return RECOMPUTE if self.forwards_running else BACKWARD
 
 
 def _outermost_first(tracker_name: str) -> tuple[int, str]:
@@ -209,7 +230,7 @@ class _OpRecorder(TorchDispatchMode):
 
     def add(self, signature: _Signature, args: tuple, kwargs: dict, output: Any) -> None:
         outputs = [_decode(value) for value in (output if isinstance(output, (list, tuple)) else (output,))]
-        phase = BACKWARD if self.tracker.is_bw else FORWARD
+        phase = self.tracker.phase
         path = self._current_scope()
         record = EagerOpRecord(signature.name, signature.values(args, kwargs), outputs, signature.names, path.rpartition("/")[2], phase)
         self.records.append((path, record))

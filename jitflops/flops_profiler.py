@@ -94,7 +94,8 @@ class _CountedCall:
     fallback_reason: Optional[str] = None
     """Why the dispatch backend counted this call (the JIT cannot trace it); None: the JIT counted it."""
     forwards: int = 0
-    backward_macs: Optional[int] = None
+    backward_macs: Optional[tuple[int, int]] = None
+    """MACs of one backward of this call, and of the forward recomputed in it (activation checkpointing)."""
 
 
 class _TrainingStepHooks:
@@ -402,11 +403,12 @@ class FlopsProfiler:
                 __duration__=durations[name].median if name in durations else 0.0,
             )
 
-    def _backward_macs(self) -> Optional[int]:
-        """Backward MACs of the profiled forwards, measured once per call signature."""
+    def _backward_macs(self) -> tuple[Optional[int], Optional[int]]:
+        """Backward MACs of the profiled forwards, and those of the forward activation checkpointing
+        recomputed in them, measured once per call signature."""
         if not (self.measure_backward and self._hooks and self._hooks.backward):
-            return None
-        total = 0
+            return None, None
+        backward = recompute = 0
         for counted in self._counted.values():
             if counted.backward_macs is None:
                 try:
@@ -414,9 +416,10 @@ class FlopsProfiler:
                         counted.backward_macs = measure_backward_macs(self.model, counted.call)
                 except JitflopsError as error:  # e.g. an output that needs no gradient
                     logger.warning("backward MACs not measured (%s); assuming %g x the forward's", error, 2 + self.recompute_fwd_factor)
-                    return None
-            total += counted.backward_macs * counted.forwards
-        return total
+                    return None, None
+            backward += counted.backward_macs[0] * counted.forwards
+            recompute += counted.backward_macs[1] * counted.forwards
+        return backward, recompute
 
     # -- results -----------------------------------------------------------------------------
 
@@ -432,13 +435,15 @@ class FlopsProfiler:
         hooks = self._hooks
         engine = self.ds_engine
         fallback = next((c.fallback_reason for c in counted if c.fallback_reason), None)
+        backward_macs, recompute_macs = self._backward_macs()
         summary = ProfileSummary.of(
             root, self.model, counted[0].call if counted else None, self.model_parallel_size,
             parallel=ParallelSizes.of_engine(engine) if engine is not None else None,
             forward=root.latency,
             backward=LatencyStats((sum(hooks.backward),)) if hooks and hooks.backward else None,
             step=LatencyStats((sum(hooks.step),)) if hooks and hooks.step else None,
-            backward_macs=self._backward_macs(),
+            backward_macs=backward_macs,
+            recompute_macs=recompute_macs,
             forwards=sum(c.forwards for c in counted),
             recompute_fwd_factor=self.recompute_fwd_factor,
             peak_flops=self.peak_flops if self.peak_flops is not None or not counted else model_peak_flops(self.model, counted[0].call),

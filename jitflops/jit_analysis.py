@@ -32,7 +32,7 @@ from .jit_fallback import USE_DISPATCH, fallback_reason, untraceable_reason
 from .model_guard import collector_paused
 from .model_io import ModelCall
 from .op_source import OpSource
-from .records import BACKWARD, FORWARD, JitOpRecord, OpRecord
+from .records import BACKWARD, FORWARD, RECOMPUTE, JitOpRecord, OpRecord
 from .scoped_trace import TRACER_WARNING_MODES, ScopedTrace, trace_with_scopes, tracing_plan
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,9 @@ BACKENDS = ("jit", "dispatch")
 _IGNORED_OPS: set[str] = set(ZERO_COST_OPS | ELEMENTWISE_FLOP_FORMULAS.kinds())
 """Ops every new analysis ignores (counted as zero, never reported unsupported) unless a handle is set:
 data movement and elementwise work. Mutable, as fvcore's table of the same name."""
+
+_LATER_PHASES = (BACKWARD, RECOMPUTE)
+"""The phases whose counts are keyed ``<phase>.<op>``; forward counts are keyed by the op alone."""
 
 _CONTAINER_FORWARDS = tuple(cls.forward for cls in (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity))
 
@@ -164,7 +167,9 @@ class JitModelAnalysis:
             backward: with the dispatch backend, also run and count the backward pass: ``True``
                 backpropagates from the sum of the model's floating-point outputs; a callable
                 receives the model's output and runs its own backward. Backward ops are counted
-                under ``backward.<op>`` keys, so ``by_phase()`` can tell the two passes apart.
+                under ``backward.<op>`` keys, and the forward that activation checkpointing
+                recomputes in the backward under ``recompute.<op>``, so ``by_phase()`` tells the
+                phases apart.
             strict: with the JIT backend, raise a ``TraceError`` where Python control flow depends on
                 tensor values, and raise where the tracer cannot trace the model instead of counting
                 it with the dispatch backend. By default, as in fvcore, the path the inputs took is
@@ -227,10 +232,12 @@ class JitModelAnalysis:
         return {name: Counter(ops) for name, ops in self._results().counts.items()}
 
     def by_phase(self, module_name: str = "") -> typing.Counter[str]:
-        """The statistic of ``module_name`` split into ``forward`` and ``backward`` (dispatch backend)."""
+        """The statistic of ``module_name`` split into ``forward``, ``backward`` and ``recompute`` (the
+        forward activation checkpointing runs again in the backward), as the dispatch backend records them."""
         phases: typing.Counter[str] = Counter()
         for op, value in self._results().counts[self.canonical_module_name(module_name)].items():
-            phases[BACKWARD if op.startswith(BACKWARD + ".") else FORWARD] += value
+            phase = op.partition(".")[0]
+            phases[phase if phase in _LATER_PHASES else FORWARD] += value
         return phases
 
     def by_module(self, emit_warnings: bool = True) -> typing.Counter[str]:

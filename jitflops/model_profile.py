@@ -75,6 +75,9 @@ class ProfileSummary:
     device: str = "cpu"
     backward_macs: Optional[int] = None
     """MACs of the backward pass, measured by the dispatch backend (None: not measured)."""
+    recompute_macs: Optional[int] = None
+    """MACs of the forward that activation checkpointing recomputed in the backward, apart from
+    :attr:`backward_macs` (None: the backward was not measured)."""
     forwards: int = 1
     recompute_fwd_factor: float = 0.0
     """DeepSpeed's allowance for activation checkpointing when the backward is not measured."""

@@ -20,6 +20,7 @@ from .model_io import ModelCall
 from .model_profile import ModelProfile, ProfileSummary, profile_convention
 from .op_table import op_table
 from .peak_flops import model_peak_flops
+from .records import BACKWARD, RECOMPUTE
 from .timing import time_modules
 
 Progress = Callable[[Iterator[int], int, str], Iterator[int]]
@@ -33,10 +34,12 @@ def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False, ba
     return flops, activations
 
 
-def measure_backward_macs(model: nn.Module, call: ModelCall, backward: Union[bool, BackwardFn] = True) -> int:
-    """MACs of the backward pass from the model's output, counted by the dispatch backend."""
+def measure_backward_macs(model: nn.Module, call: ModelCall, backward: Union[bool, BackwardFn] = True) -> tuple[int, int]:
+    """MACs of the backward pass from the model's output, and of the forward activation checkpointing
+    recomputed in it, counted by the dispatch backend."""
     analysis = FlopCountAnalysis(model, call.args, call.kwargs, backend="dispatch", backward=backward)
-    return analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).by_phase()["backward"]
+    phases = analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).by_phase()
+    return phases[BACKWARD], phases[RECOMPUTE]
 
 
 def profile_model(
@@ -72,11 +75,13 @@ def profile_model(
     timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed else None
     rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats)) if with_ops else ()
     root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules)
+    backward_macs, recompute_macs = measure_backward_macs(model, call, backward) if backward else (None, None)
     summary = ProfileSummary.of(
         root, model, call, model_parallel_size,
         forward=timing.forward if timing else None,
         timing_overhead=timing.overhead if timing else None,
-        backward_macs=measure_backward_macs(model, call, backward) if backward else None,
+        backward_macs=backward_macs,
+        recompute_macs=recompute_macs,
         peak_flops=peak_flops if peak_flops is not None or not timed else model_peak_flops(model, call),
         counted_by=flops.counted_by,
         fallback_reason=flops.fallback_reason,

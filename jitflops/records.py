@@ -36,7 +36,9 @@ class TensorMeta:
         return math.prod(self.shape)
 
 
-FORWARD, BACKWARD = "forward", "backward"
+FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"
+"""The phases of a training step an op can run in: the forward, the backward, and the forward that
+activation checkpointing runs again during the backward (recompute)."""
 
 
 class OpRecord:

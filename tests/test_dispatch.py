@@ -7,6 +7,8 @@ import warnings
 import pytest
 import torch
 from torch import nn
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 from jitflops import DataDependentTraceWarning, FlopCountAnalysis, HandleError, JitFallbackWarning, JitflopsError, TraceError
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO, ConvNet, TinyTransformer
@@ -235,3 +237,24 @@ def test_custom_autograd_function_counts_what_its_forward_runs():
         assert analysis.total() == 3 * 4 * 4 + 3 * 4 * 3 and not analysis.unsupported_ops()
     with_handle = FlopCountAnalysis(WithFunction(), x).set_op_handle("prim::PythonOp._GramTwice", lambda inputs, outputs: 5)
     assert with_handle.by_operator() == {"linear": 48, "PythonOp._GramTwice": 5}
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "conv_transpose"])
+def test_a_grouped_convolutions_backward_is_the_sum_of_its_groups(transposed):
+    """FlopCounterMode charges a grouped convolution's weight gradient as if ungrouped (groups times
+    the work); torch's own count of each group run as a convolution of its own is the reference."""
+    groups, x = 4, torch.randn(2, 8, 10, 10, requires_grad=True)
+    conv = (nn.ConvTranspose2d if transposed else nn.Conv2d)(8, 12 if not transposed else 8, 3, groups=groups, stride=2, bias=False)
+    analysis = FlopCountAnalysis(conv, x, backend="dispatch", backward=True)
+    per_group = 0
+    for part, weight in zip(x.detach().chunk(groups, dim=1), conv.weight.detach().chunk(groups, dim=0)):
+        part.requires_grad_(True)
+        weight.requires_grad_(True)
+        run = F.conv_transpose2d if transposed else F.conv2d
+        with FlopCounterMode(display=False) as torch_count:
+            run(part, weight, stride=2).sum().backward()
+        per_group += torch_count.get_total_flops() // 2
+    assert analysis.total() == per_group
+    with FlopCounterMode(display=False) as grouped_count:
+        conv(x).sum().backward()
+    assert grouped_count.get_total_flops() // 2 > per_group  # torch's overcount of the weight gradient

@@ -8,6 +8,7 @@ import socket
 
 import torch
 import torch.distributed as dist
+import pytest
 import torch.multiprocessing as mp
 
 from jitflops import FlopCountAnalysis, profile_model, write_json
@@ -56,3 +57,56 @@ def test_two_ranks_gather_and_rank0_writes(tmp_path):
     assert len(document["ranks"]) == 2 and document["modules"][0]["macs"] == 3 * per_image
     assert [rank["summary"]["batch_size"] for rank in document["ranks"]] == [1, 2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.json", "rank0.json", "rank1.json"]
+
+
+def _sharded_rank_main(rank: int, world: int, port: int, folder: str, engine: str) -> None:
+    """The issue's MLP, sharded by ``engine``, counted by the default call (the JIT's fallback)."""
+    import warnings
+
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from jitflops import JitFallbackWarning
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+        if engine == "fsdp2":
+            from torch.distributed.fsdp import fully_shard
+
+            for layer in (model[0], model[2]):
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        else:
+            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+            parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            analysis = FlopCountAnalysis(model, torch.randn(8, 64)).unsupported_ops_warnings(False)
+            total = analysis.total()
+        figures = {
+            "total": total,
+            "counted_by": analysis.counted_by,
+            "warnings": [str(w.message) for w in caught if issubclass(w.category, JitFallbackWarning)],
+            "unsupported": sorted(analysis.unsupported_ops()),
+        }
+        with open(f"{folder}/rank{rank}.json", "w") as stream:
+            json.dump(figures, stream)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("engine", ["fsdp2", "tensor_parallel"])
+def test_sharded_models_are_counted_by_the_default_call(tmp_path, engine):
+    mp.spawn(_sharded_rank_main, args=(2, _free_port(), str(tmp_path), engine), nprocs=2, join=True)
+    for rank in range(2):
+        figures = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert figures["counted_by"] == "dispatch" and len(figures["warnings"]) == 1
+        assert ("FSDP2" if engine == "fsdp2" else "DTensor parameters") in figures["warnings"][0]
+        # the collectives themselves are what is left (their communication is the sharded-training work)
+        assert all(op.startswith(("c10d::", "_c10d_functional::")) for op in figures["unsupported"]), figures["unsupported"]
+        if engine == "fsdp2":
+            assert figures["total"] == 8 * (64 * 256 + 256 * 64)  # every rank runs the whole MLP on its batch

@@ -8,7 +8,10 @@ For a few samples of each op (float32, CPU), each op wrapped in a module:
   count of those ops is ``FlopCounterMode``'s halved (it counts a multiply-add as two flops);
 * an op's tensor arguments held as a module's buffers come back unchanged from a dispatch count,
   which copies values only where an op says it writes them (its schema, or the batch norm kernels
-  of ``dispatch_trace.UNDECLARED_WRITES``).
+  of ``dispatch_trace.UNDECLARED_WRITES``);
+* forward and backward (the samples with gradients, through every op that supports autograd): no
+  backward op is unsupported, the ops ``FlopCounterMode`` counts are its count halved, and the
+  total is never below it.
 
 ``JITFLOPS_OPDB_SAMPLES`` sets the samples per op (default 2; ``tools/`` sweeps use more).
 """
@@ -154,3 +157,50 @@ def test_what_an_op_writes_of_the_model_comes_back(info):
             FlopCountAnalysis(model, (), backend="dispatch").unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
         changed = [name for name, buffer in model.named_buffers() if not _unchanged(before[name], buffer)]
         assert not changed, f"{info.name} wrote {changed} and the count did not put them back"
+
+
+AUTOGRAD_OPS = [info for info in OPS if info.supports_autograd]
+
+
+def _float_outputs_with_grad(output) -> list[torch.Tensor]:
+    return [t for t in torch.utils._pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()]
+
+
+def _samples_with_grad(info) -> Iterator[tuple[tuple, dict]]:
+    """The op's samples with gradients that run eagerly and give a floating-point output to backpropagate from."""
+    try:
+        samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=True))[:SAMPLES_PER_OP]
+    except Exception:  # an OpInfo without float32 CPU samples
+        return
+    for sample in samples:
+        args = (sample.input, *sample.args)
+        try:
+            if not _float_outputs_with_grad(info.op(*args, **sample.kwargs)):
+                continue
+        except Exception:  # not valid for this op on the CPU: nothing to count
+            continue
+        yield args, sample.kwargs
+
+
+def _grouped_convolution(info, args: tuple, kwargs: dict) -> bool:
+    """A convolution with ``groups`` > 1 (the seventh argument of the ``conv*`` functions, or a keyword)."""
+    groups = kwargs.get("groups", args[6] if len(args) > 6 else 1)
+    return "conv" in info.name and isinstance(groups, int) and groups > 1
+
+
+@pytest.mark.parametrize("info", AUTOGRAD_OPS, ids=[f"{i.name}.{i.variant_test_name}" if i.variant_test_name else i.name for i in AUTOGRAD_OPS])
+def test_every_backward_op_is_counted_and_never_below_torch(info):
+    for args, kwargs in _samples_with_grad(info):
+        analysis = FlopCountAnalysis(OpModule(info.op, kwargs), args, backend="dispatch", backward=True)
+        analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+        total, unsupported = analysis.total(), analysis.unsupported_ops()
+        assert not unsupported, unsupported
+        with FlopCounterMode(display=False) as torch_count:
+            torch.stack([t.float().sum() for t in _float_outputs_with_grad(info.op(*args, **kwargs))]).sum().backward()
+        if _grouped_convolution(info, args, kwargs):
+            # FlopCounterMode charges a grouped convolution's weight gradient as an ungrouped one, groups times
+            # its work: tests/test_dispatch.py checks the count against torch's own count of each group alone
+            continue
+        ours = sum(op.count for op in analysis.op_counts() if op.kind in FLOP_COUNTER_KINDS)
+        assert 2 * ours == torch_count.get_total_flops()
+        assert 2 * total >= torch_count.get_total_flops()

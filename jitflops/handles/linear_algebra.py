@@ -58,6 +58,15 @@ def matmul_flops(op: OpRecord) -> int:
     return _checked_matmul(op, "self", right)
 
 
+@FLOP_FORMULAS.register("aten::_sparse_mm_reduce_impl_backward")
+def sparse_mm_reduce_backward_flops(op: OpRecord) -> int:
+    """One product of the forward's size per gradient asked for (``output_mask``): the sparse
+    operand's (``grad_out @ weight.T`` at its stored elements) and the weight's
+    (``self.T @ grad_out``), counted dense as the forward is."""
+    rows, columns = op.shape("grad_out")
+    return sum(op.arg("output_mask")) * rows * op.shape("weight")[0] * columns
+
+
 @FLOP_FORMULAS.register(*with_inplace("addmm addmv addbmm"), "aten::sparse_sampled_addmm")
 def addmm_flops(op: OpRecord) -> int:
     """``beta * self + mat1 @ mat2``: the product only (addmv: ``mat @ vec``; addbmm: summed ``batch1 @ batch2``)."""

@@ -57,5 +57,11 @@ ZERO_COST_OPS: frozenset[str] = _aten(
     "diagonal_backward diagonal_scatter _reshape_copy sym_size sym_numel sym_stride is_same_size "
     "_has_compatible_shallow_copy_type set_ resize_ resize_as_ zero _chunk_cat _to_sparse to_sparse _linalg_check_errors "
     "as_strided_copy diagonal_copy narrow_copy split_with_sizes_copy unfold_copy masked_scatter_backward "
-    "_efficientzerotensor _unique"
-)
+    "_efficientzerotensor _unique sparse_mask"
+) | frozenset({
+    # torch.profiler's record_function ranges (FSDP2 and DTensor mark their steps with them)
+    "profiler::_record_function_enter", "profiler::_record_function_enter_new", "profiler::_record_function_exit",
+    # FSDP2's copies into and out of its all-gather buffers, and DTensor's hand-over of a collective's result
+    "fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat",
+    "_c10d_functional::_wrap_tensor_autograd", "_c10d_functional::wait_tensor",
+})
