@@ -9,6 +9,9 @@ against hand formulas and against the dispatch backend asked for directly.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -18,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers import assert_same_state, model_state
-from jitflops import FlopCountAnalysis, JitFallbackWarning, JitflopsError, TraceError, flop_count_table, get_model_profile, profile_model
+from jitflops import FlopCountAnalysis, FlopsProfiler, JitFallbackWarning, JitflopsError, TraceError, flop_count_table, get_model_profile, profile_model
 from jitflops.deepspeed_report import format_model_profile
 from jitflops.export import profile_to_dict
 
@@ -217,3 +220,33 @@ def test_recomputed_forward_is_its_own_phase(reentrant):
     assert (profile.summary.backward_macs, profile.summary.recompute_macs) == (backward, recompute)
     assert profile_to_dict(profile)["summary"]["recompute_macs"] == recompute
     assert "recompute MACs per GPU" in format_model_profile(profile)
+
+
+def test_flops_profiler_counts_a_model_the_jit_cannot_trace():
+    model, x = torch.compile(_mlp()), torch.randn(4, 16)
+    prof = FlopsProfiler(model)
+    prof.start_profile()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model(x)
+        model(x)
+        profile = prof.profile()
+    prof.end_profile()
+    assert profile.summary.macs == 2 * MLP_MACS and profile.summary.forwards == 2  # two forwards, totals as DeepSpeed's
+    assert profile.summary.counted_by == "dispatch" and "torch.compile" in profile.summary.fallback_reason
+
+
+def test_the_command_line_counts_a_model_the_jit_cannot_trace(tmp_path):
+    (tmp_path / "compiled_factory.py").write_text(
+        "import torch\nfrom torch import nn\n\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))\n"
+        "    return torch.compile(model)\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-m", "jitflops", "compiled_factory:make", "--input-shape", "4,16", "--format", "json"], capture_output=True, text=True, timeout=300, env=environment)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)["summary"]
+    assert summary["macs"] == MLP_MACS and summary["counted_by"] == "dispatch" and "torch.compile" in summary["fallback_reason"]
+    assert "JitFallbackWarning" in run.stderr
