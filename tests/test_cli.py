@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -136,11 +137,21 @@ def test_console_script_is_declared():
     assert scripts.get("jitflops") == "jitflops.cli:main"
 
 
-def test_progress_bar_on_long_runs_and_quiet_turns_it_off():
-    long_run = ["--example", "transformer", "--profile", "--repeats", "1500", "--format", "json"]
-    shown = jitflops(*long_run)
-    assert "timed:" in shown.stderr and "it/s" in shown.stderr
-    assert "timed:" not in jitflops(*long_run, "--quiet").stderr
+def test_progress_bar_on_long_runs_and_quiet_turns_it_off(capsys):
+    """The bar shows once a run has taken a second, whatever the machine's speed (each step here
+    sleeps), and not on a short run; ``--quiet`` gives none."""
+    from jitflops.cli import _progress
+
+    def run(seconds_per_step: float) -> str:
+        for _ in _progress(quiet=False)(iter(range(4)), 4, "timed"):
+            time.sleep(seconds_per_step)
+        return capsys.readouterr().err
+
+    shown = run(0.4)
+    assert "timed:" in shown and "it/s" in shown
+    assert "timed:" not in run(0.0)
+    assert _progress(quiet=True) is None
+    assert "timed:" not in jitflops("--example", "convnet", "--profile", "--repeats", "3", "--quiet").stderr
 
 
 def test_dispatch_backend_and_backward_from_the_command_line():

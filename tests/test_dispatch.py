@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import warnings
 
 import pytest
@@ -13,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from jitflops import DataDependentTraceWarning, FlopCountAnalysis, HandleError, JitFallbackWarning, JitflopsError, TraceError
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO, ConvNet, TinyTransformer
 
-from helpers import assert_same_state, model_state
+from helpers import assert_same_state, flops_of, model_state
 
 pytest.importorskip("transformers")
 
@@ -258,3 +260,23 @@ def test_a_grouped_convolutions_backward_is_the_sum_of_its_groups(transposed):
     with FlopCounterMode(display=False) as grouped_count:
         conv(x).sum().backward()
     assert grouped_count.get_total_flops() // 2 > per_group  # torch's overcount of the weight gradient
+
+
+@pytest.mark.parametrize("shapes", [((1, 1, 1), (2, 1, 2)), ((2, 2), (2, 2)), ((2, 3, 4), (4, 3, 2))], ids=str)
+def test_tensordot_is_counted_alike_by_both_backends_over_every_dims(shapes):
+    """Every pairing of contracted dims torch accepts, size-1 dims summed out and full contractions
+    (a ``dot`` in order, ``mul`` and ``sum`` out of order) included: the JIT's formula against what
+    the dispatch backend sees torch run."""
+    a, b = torch.randn(shapes[0]), torch.randn(shapes[1])
+    compared = 0
+    for k in range(min(a.dim(), b.dim()) + 1):
+        for dims in itertools.product(itertools.permutations(range(a.dim()), k), itertools.permutations(range(b.dim()), k)):
+            dims = tuple(map(list, dims))
+            try:
+                torch.tensordot(a, b, dims=dims)
+            except RuntimeError:  # sizes that do not contract
+                continue
+            contraction = functools.partial(torch.tensordot, dims=dims)
+            assert flops_of(contraction, a, b).total() == flops_of(contraction, a, b, backend="dispatch").total(), dims
+            compared += 1
+    assert compared >= 5

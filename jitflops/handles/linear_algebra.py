@@ -9,7 +9,7 @@ backend, which records what it decomposes into, give the same number. In-place f
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -133,16 +133,32 @@ def inner_flops(op: OpRecord) -> int:
     return prod(a) * prod(b[:-1])
 
 
-@functools.lru_cache(maxsize=None)
-def _tensordot_without_free_elements_is_a_mul() -> bool:
-    """Whether this torch runs a ``tensordot`` with no free elements over several dims as ``mul``
-    and ``sum`` (recent versions) rather than as a product (older ones): asked of torch's own
-    counter once, on a 2 x 2 example."""
-    from torch.utils.flop_counter import FlopCounterMode
+def _products_in(run: Callable[[], Any]) -> bool:
+    """Whether ``run`` dispatches a product kernel (``dot``, ``mm``, ...) rather than only elementwise ones."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    with FlopCounterMode(display=False) as counter:
-        torch.tensordot(torch.ones(2, 2), torch.ones(2, 2), dims=2)
-    return counter.get_total_flops() == 0
+    class _Kernels(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.names.add(func._overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with _Kernels() as kernels:
+        run()
+    return bool(kernels.names & {"dot", "vdot", "mm", "bmm", "matmul"})
+
+
+@functools.lru_cache(maxsize=None)
+def _full_contraction_is_a_product(in_order: bool) -> bool:
+    """Whether this torch runs a ``tensordot`` with no free elements over several dims as a product
+    (``dot`` or ``mm``) or as ``mul`` and ``sum``: asked of torch once for contracted dims in the
+    same order on both sides and once for others (torch 2.13 runs the first as ``dot``, the second
+    as ``mul`` and ``sum``), by the kernels it dispatches for a 2 x 2 example."""
+    dims = ([0, 1], [0, 1]) if in_order else ([0, 1], [1, 0])
+    return _products_in(lambda: torch.tensordot(torch.ones(2, 2), torch.ones(2, 2), dims=dims))
 
 
 @FLOP_FORMULAS.register("aten::tensordot")
@@ -152,11 +168,14 @@ def tensordot_flops(op: OpRecord) -> int:
     either side it is a ``dot`` over one contracted dim, and over several what this torch runs."""
     a, b = op.shape("self"), op.shape("other")
     dims_a, dims_b = [d % len(a) for d in op.arg("dims_self")], [d % len(b) for d in op.arg("dims_other")]
-    contracted = prod(a[i] for i, j in zip(dims_a, dims_b) if a[i] != 1 and b[j] != 1)
+    kept = [(i, j) for i, j in zip(dims_a, dims_b) if a[i] != 1 and b[j] != 1]
+    contracted = prod(a[i] for i, _ in kept)
     free_a = prod(size for d, size in enumerate(a) if d not in dims_a)
     free_b = prod(size for d, size in enumerate(b) if d not in dims_b)
-    if free_a == free_b == 1 and len(dims_a) > 1 and _tensordot_without_free_elements_is_a_mul():
-        return 0
+    if free_a == free_b == 1 and len(kept) > 1:
+        in_order = all(first < second for first, second in zip(kept, kept[1:]) for first, second in ((first[0], second[0]), (first[1], second[1])))
+        if not _full_contraction_is_a_product(in_order):
+            return 0
     return free_a * contracted * free_b
 
 
