@@ -1,6 +1,7 @@
 """jitflops: what a PyTorch model costs — parameters, FLOPs, activations and latency, per
 operator and per module, in one hierarchy."""
 
+from ._version import __version__
 from .activation_count import ActivationCountAnalysis, activation_count
 from .jit_analysis import JitModelAnalysis
 from .errors import DataDependentTraceWarning, HandleError, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
@@ -18,7 +19,6 @@ from .model_profile import ModelProfile, ProfileSummary
 from .profile import profile_model
 from .timing import LatencyStats, TimedPass, time_model
 
-__version__ = "0.1.0"
 
 __all__ = [
     "ActivationCountAnalysis",

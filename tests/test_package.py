@@ -1,0 +1,56 @@
+"""The package as people get it: one version everywhere, its licence, and a built wheel that works
+outside the source tree (a fresh virtual environment, the command line, every public name)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+import jitflops
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_one_version_everywhere():
+    citation = re.search(r"^version: (\S+)$", (ROOT / "CITATION.cff").read_text(), re.M).group(1)
+    assert citation == jitflops.__version__
+    assert f"## [{jitflops.__version__}]" in (ROOT / "CHANGELOG.md").read_text()
+    built = subprocess.run([sys.executable, "setup.py", "--version"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert built.stdout.strip().splitlines()[-1] == jitflops.__version__
+    assert "MIT License" in (ROOT / "LICENSE").read_text()
+    assert (ROOT / "jitflops" / "py.typed").exists()
+
+
+@pytest.mark.skipif(subprocess.run([sys.executable, "-m", "build", "--version"], capture_output=True).returncode != 0, reason="the build package is not installed")
+def test_the_built_wheel_works_outside_the_source_tree(tmp_path):
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(dist), str(ROOT)], check=True, capture_output=True, timeout=300)
+    wheel = next(dist.glob("jitflops-*.whl"))
+    assert next(dist.glob("jitflops-*.tar.gz"))
+    environment = tmp_path / "env"
+    venv.create(environment, with_pip=True)
+    python = environment / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", f"torch=={jitflops_torch()}", str(wheel)], check=True, capture_output=True, timeout=600)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    example = subprocess.run([str(environment / "bin" / "jitflops"), "--example", "convnet", "--format", "json", "--quiet"], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert example.returncode == 0, example.stderr
+    assert '"macs"' in example.stdout
+    names = subprocess.run(
+        [str(python), "-c", "import jitflops, pathlib; [getattr(jitflops, name) for name in jitflops.__all__]; "
+         "print(jitflops.__version__, pathlib.Path(jitflops.__file__).parent.joinpath('py.typed').exists(), jitflops.__file__)"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=300, check=True,
+    ).stdout.split()
+    assert names[:2] == [jitflops.__version__, "True"] and "site-packages" in names[2]
+
+
+def jitflops_torch() -> str:
+    """The torch this test runs under, as a pin (the CPU build's local version label dropped)."""
+    import torch
+
+    return torch.__version__.split("+")[0]
