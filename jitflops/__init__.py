@@ -16,6 +16,7 @@ from .parameter_count import parameter_count, parameter_count_table
 from .print_model_statistics import flop_count_str, flop_count_table
 from .flops_profiler import FlopsProfiler, FlopsProfilerConfig, get_model_profile, get_module_duration, get_module_flops, get_module_macs
 from .model_profile import ModelProfile, ProfileSummary
+from .named_models import model_from_name
 from .profile import profile_model
 from .timing import LatencyStats, TimedPass, time_model
 
@@ -38,6 +39,7 @@ __all__ = [
     "get_module_duration",
     "get_module_flops",
     "get_module_macs",
+    "model_from_name",
     "profile_model",
     "profile_to_dict",
     "profile_to_html",

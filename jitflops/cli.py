@@ -6,7 +6,11 @@
 
 A factory is ``MODULE:CALLABLE``. A Hugging Face model class is built from its config class with
 ``--config key=value`` settings and random weights; any other callable is called with the
-``--config`` settings as keyword arguments.
+``--config`` settings as keyword arguments. A model can also be named (a Hub id, a model folder,
+a ``config.json``, ``timm/NAME``: :mod:`jitflops.named_models`); it is then built on the meta
+device from its configuration alone, ``--config`` settings overriding the file's:
+
+    jitflops meta-llama/Llama-3.1-8B --input-ids 1,4096
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .html_report import profile_to_html
 from .file_output import check_writable, write_text
 from .formatting import format_quantity, format_seconds
 from .model_profile import ModelProfile
+from .named_models import looks_like_model_name, model_from_name
 from .profile import profile_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -259,14 +264,15 @@ def render(args: argparse.Namespace, profile: ModelProfile) -> str:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jitflops", description="Count a PyTorch model's parameters, FLOPs and activations, and time it.")
-    parser.add_argument("factory", nargs="?", help="MODULE:CALLABLE that builds the model, e.g. transformers:BertModel")
+    parser.add_argument("factory", nargs="?", help="MODULE:CALLABLE that builds the model (e.g. transformers:BertModel), or a model's name: a Hugging Face Hub id, a model folder, a config.json, timm/NAME")
+    parser.add_argument("--task", help="with a transformers model's name: the head, as AutoModelFor<TASK> (causal-lm, sequence-classification, ...); default: the base model")
     parser.add_argument("--example", choices=sorted(all_examples()), help="analyse a built-in example model on its own inputs")
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="config class settings (or factory keyword arguments); values are JSON or strings")
     inputs = parser.add_mutually_exclusive_group()
     inputs.add_argument("--input-shape", help="a random float input of this shape, e.g. 1,3,224,224")
     inputs.add_argument("--input-ids", help="random token ids of this shape, e.g. 1,128")
     parser.add_argument("--kwargs", help='keyword arguments as JSON; "ones:1,128", "zeros:..", "randn:..", "ids:.." make tensors')
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or meta (meta: counts only, no memory)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N or meta (meta: counts only, no memory); default: meta for a named model, else cpu")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--profile", action="store_true", help="also time the model: DeepSpeed-style profile")
@@ -307,7 +313,11 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> str:
     if bool(args.factory) == bool(args.example):
-        raise UsageError("give a factory (MODULE:CALLABLE) or --example NAME")
+        raise UsageError("give a factory (MODULE:CALLABLE), a model's name or --example NAME")
+    named = bool(args.factory) and looks_like_model_name(args.factory)
+    if args.task and not named:
+        raise UsageError("--task picks the head of a named transformers model (a Hub id, folder or config.json)")
+    args.device = args.device or ("meta" if named else "cpu")
     _check_options(args)
     if args.trace and not args.profile:
         raise UsageError("--trace needs --profile (it records the timed pass)")
@@ -325,6 +335,10 @@ def run(args: argparse.Namespace) -> str:
             check_writable(path)  # before the analysis spends any time
     if args.example:
         model, positional, keywords = all_examples()[args.example].instantiate(args.device)
+    elif named:
+        model = model_from_name(args.factory, args.task, device, _parse_config(args.config))
+        with torch.device(device):
+            positional, keywords = build_inputs(args, model)
     else:
         factory = resolve_factory(args.factory)
         with torch.device(device):
