@@ -14,7 +14,8 @@ from .hierarchy import ModuleProfile, build_hierarchy
 from .op_table import OpRow
 from .parameter_count import parameter_count, parameter_count_table
 from .print_model_statistics import flop_count_str, flop_count_table
-from .flops_profiler import FlopsProfiler, FlopsProfilerConfig, get_model_profile, get_module_duration, get_module_flops, get_module_macs
+from .flops_profiler import FlopsProfiler, FlopsProfilerConfig, get_module_duration, get_module_flops, get_module_macs
+from .one_call_profile import get_model_profile
 from .model_profile import ModelProfile, ProfileSummary
 from .named_models import model_from_name
 from .profile import profile_model

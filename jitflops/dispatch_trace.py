@@ -24,6 +24,7 @@ it if it is the model's (:meth:`~jitflops.model_guard.ModelSnapshot.save_before_
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional
 
@@ -180,6 +181,8 @@ class _ScopeTracker(ModuleTracker):
         self.backward = backward
         self.forwards_running = 0
         """Module forwards running now: in the backward pass, those of activation checkpointing's recompute."""
+        self._raised: Optional[tuple[BaseException, frozenset[str]]] = None
+        """The last exception that left a module's forward, and the modules running where it was raised."""
 
     def _gradient_hook_targets(self, values: Any) -> list[torch.Tensor]:
         return [value for value in tree_leaves(values) if _hookable(value)] if self.backward else []
@@ -197,7 +200,15 @@ class _ScopeTracker(ModuleTracker):
 
     def _fw_post_hook(self, mod: nn.Module, input: Any, output: Any) -> None:
         self.forwards_running -= 1
+        unwinding = sys.exc_info()[1]  # the hook is called while a forward's exception is handled
+        if unwinding is not None and (self._raised is None or self._raised[0] is not unwinding):
+            self._raised = (unwinding, frozenset(self.parents))
         super()._fw_post_hook(mod, input, self._gradient_hook_targets(output))
+
+    def running_when(self, error: BaseException) -> set[str]:
+        """The modules that were running when ``error`` was raised in a forward (the always-called
+        forward hooks have closed their scopes since), or those running now."""
+        return set(self._raised[1]) if self._raised is not None and self._raised[0] is error else set(self.parents)
 
     @property
     def phase(self) -> str:
@@ -356,7 +367,7 @@ def record_with_dispatch(
             if backward is not None:
                 backward(output)
     except Exception as error:
-        running = [name for name in map(module_names.get, tracker.parents) if name]
+        running = [name for name in map(module_names.get, tracker.running_when(error)) if name]
         module = max(running, key=lambda name: name.count("."), default="")  # the innermost running module
         failed = model.get_submodule(module) if module else model
         raise TraceError(module, type(failed).__name__, error) from error

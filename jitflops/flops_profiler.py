@@ -1,4 +1,6 @@
-"""DeepSpeed's Flops Profiler API, counting by trace: ``FlopsProfiler`` and ``get_model_profile``.
+"""DeepSpeed's training-loop profiler, counting by trace: ``FlopsProfiler`` (``get_model_profile``
+is :mod:`jitflops.one_call_profile`; the config section :mod:`jitflops.flops_profiler_config`; the
+step's timing :mod:`jitflops.step_timing`).
 
 A DeepSpeed user switches by changing the import. What is kept from DeepSpeed:
 
@@ -21,32 +23,31 @@ A schedule in ``torch.profiler``'s terms keeps a profile every N steps of a long
 
 from __future__ import annotations
 
-import difflib
-import json
 import logging
 import os
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterator, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.profiler import ProfilerAction
 
 from .deepspeed_report import format_aggregated_profile, format_model_profile
 from .distributed import gather_profile, is_writer
 from .errors import JitflopsError
 from .file_output import write_text
+from .flops_profiler_config import FlopsProfilerConfig
 from .formatting import deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
 from .hierarchy import ModuleProfile, build_hierarchy, combined_trees, remove_module_types
-from .jit_analysis import module_aliases
-from .model_io import ModelCall, tensor_leaves
+from .counting import module_aliases
+from .model_io import ModelCall
 from .model_profile import ModelProfile, ParallelSizes, ProfileSummary, profile_convention
 from .peak_flops import model_peak_flops
-from .profile import count_model, measure_backward_macs, profile_model
-from .timing import Clock, LatencyCollector, LatencyStats, ModuleCallRecorder, clock_for
+from .profile import count_model, measure_backward_macs
+from .step_timing import TrainingStepHooks, total_of
+from .timing import LatencyStats, clock_for
 
 logger = logging.getLogger(__name__)
 
@@ -54,35 +55,6 @@ Schedule = Callable[[int], ProfilerAction]
 """``torch.profiler.schedule(...)``: the action for each step number."""
 
 MODULE_ATTRIBUTES = ("__flops__", "__macs__", "__params__", "__duration__")
-
-
-@dataclass(frozen=True)
-class FlopsProfilerConfig:
-    """The ``flops_profiler`` section of a DeepSpeed config, with DeepSpeed's defaults."""
-
-    enabled: bool = False
-    recompute_fwd_factor: float = 0.0
-    profile_step: int = 1
-    module_depth: int = -1
-    top_modules: int = 1
-    detailed: bool = True
-    output_file: Optional[str] = None
-
-    @classmethod
-    def from_deepspeed(cls, config: Union[Mapping[str, Any], str, os.PathLike]) -> "FlopsProfilerConfig":
-        """From a whole DeepSpeed config (dict or JSON file) or just its ``flops_profiler`` section.
-        Unknown keys are ignored, as DeepSpeed ignores them, with a warning naming the closest key."""
-        if not isinstance(config, Mapping):
-            with open(config, encoding="utf-8") as file:
-                config = json.load(file)
-        known = [f.name for f in fields(cls)]
-        section = config["flops_profiler"] if "flops_profiler" in config else config if set(config) & set(known) else {}
-        for key in section:
-            if key not in known:  # DeepSpeed ignores it silently; a typo should not go unnoticed
-                close = [name for name in known if key in name] or difflib.get_close_matches(key, known, n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
-                warnings.warn(f"unknown key {key!r} in the flops_profiler config is ignored, as DeepSpeed ignores it; {hint}", stacklevel=3)
-        return cls(**{key: value for key, value in section.items() if key in known})
 
 
 @dataclass
@@ -96,106 +68,6 @@ class _CountedCall:
     forwards: int = 0
     backward_macs: Optional[tuple[int, int]] = None
     """MACs of one backward of this call, and of the forward recomputed in it (activation checkpointing)."""
-
-
-class _TrainingStepHooks:
-    """Times a training step: module calls, the backward pass and the optimizer step, and hands
-    each forward to the profiler: ``on_call`` as it starts (what it returns is handed to
-    ``on_forward`` when the forward has finished).
-
-    Backward starts when the gradient reaches the forward's output and ends when every parameter's
-    gradient is computed (a multi-grad hook); the optimizer step is bracketed by optimizer step
-    hooks, kept only for optimizers that update this model's parameters.
-    """
-
-    def __init__(self, model: nn.Module, clock: Clock, names: Mapping[nn.Module, str], on_call: Callable[[ModelCall], Any], on_forward: Callable[[Any], None]) -> None:
-        self.model = model
-        self.clock = clock
-        self.recorder = ModuleCallRecorder(clock, names)
-        self.modules = LatencyCollector()
-        self.backward: list[float] = []
-        self.step: list[float] = []
-        self.paused = False
-        self._on_call = on_call
-        self._on_forward = on_forward
-        self._calls: list[Any] = []
-        self._handles: list[Any] = []
-        self._backward_start: Optional[Any] = None
-        self._step_start: Optional[Any] = None
-        self._parameters = {id(p) for p in model.parameters()}
-
-    @property
-    def installed(self) -> bool:
-        return bool(self._handles)
-
-    def install(self) -> None:
-        self._handles = self.recorder.install(self.model)
-        self._handles.append(self.model.register_forward_pre_hook(self._capture_inputs, with_kwargs=True, prepend=True))
-        self._handles.append(self.model.register_forward_hook(self._forward_done))
-        self._handles.append(register_optimizer_step_pre_hook(self._step_begins))
-        self._handles.append(register_optimizer_step_post_hook(self._step_ends))
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-
-    @contextmanager
-    def pausing(self) -> Iterator[None]:
-        """Runs of the model in here (the profiler's own traces) are neither timed nor counted."""
-        paused, self.paused = self.paused, True
-        try:
-            yield
-        finally:
-            self.paused = paused
-
-    def _capture_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        if not self.paused:
-            self._calls.append(self._on_call(ModelCall(tuple(args), dict(kwargs))))
-
-    def _forward_done(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self.paused or not self._calls:
-            self.recorder.marks.clear()
-            return
-        self.modules.add_iteration(self.recorder.take_iteration())
-        outputs = [t for t in tensor_leaves(output) if t.grad_fn is not None]
-        parameters = [p for p in self.model.parameters() if p.requires_grad]
-        if outputs and parameters:
-            self._handles.append(outputs[0].grad_fn.register_prehook(self._backward_begins))
-            self._handles.append(torch.autograd.graph.register_multi_grad_hook(parameters, self._backward_ends, mode="all"))
-        started = self._calls.pop()
-        with self.pausing():
-            self._on_forward(started)
-
-    def _backward_begins(self, grad_outputs: Any) -> None:
-        if self._backward_start is None:
-            self._backward_start = self.clock.mark()
-
-    def _backward_ends(self, grads: Any) -> None:
-        if self._backward_start is not None:
-            end = self.clock.mark()
-            self.clock.synchronize()
-            self.backward.append(self.clock.seconds_between(self._backward_start, end))
-            self._backward_start = None
-
-    def _updates_this_model(self, optimizer: torch.optim.Optimizer) -> bool:
-        return any(id(p) in self._parameters for group in optimizer.param_groups for p in group["params"])
-
-    def _step_begins(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._updates_this_model(optimizer) and not self.paused:
-            self._step_start = self.clock.mark()
-
-    def _step_ends(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._step_start is not None and self._updates_this_model(optimizer):
-            end = self.clock.mark()
-            self.clock.synchronize()
-            self.step.append(self.clock.seconds_between(self._step_start, end))
-            self._step_start = None
-
-
-def _total(stats: LatencyStats) -> LatencyStats:
-    """The time of every forward of a profile together: one sample, DeepSpeed's ``__duration__``."""
-    return LatencyStats((sum(stats.samples),), stats.calls_per_iteration)
 
 
 class FlopsProfiler:
@@ -250,7 +122,7 @@ class FlopsProfiler:
         self.flops: Optional[int] = None
         self.macs: Optional[int] = None
         self.params: Optional[int] = None
-        self._hooks: Optional[_TrainingStepHooks] = None
+        self._hooks: Optional[TrainingStepHooks] = None
         self._counted: dict[Hashable, _CountedCall] = {}
         self._inclusive: dict[str, tuple[int, int]] = {}  # module -> (MACs, FLOPs) of every forward so far
         self._names = module_aliases(model)
@@ -321,7 +193,7 @@ class FlopsProfiler:
         self.end_profile()
         self.ignore_modules = tuple(ignore_list or ())
         device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
-        self._hooks = _TrainingStepHooks(self.model, clock_for(device), self._names, self._forward_starts, self._count_forward)
+        self._hooks = TrainingStepHooks(self.model, clock_for(device), self._names, self._forward_starts, self._count_forward)
         self._hooks.install()
         self.started = True
         self._write_module_attributes()
@@ -336,7 +208,7 @@ class FlopsProfiler:
         if self._hooks is not None:
             installed = self._hooks.installed
             self._hooks.remove()
-            self._hooks = _TrainingStepHooks(self.model, self._hooks.clock, self._names, self._forward_starts, self._count_forward)
+            self._hooks = TrainingStepHooks(self.model, self._hooks.clock, self._names, self._forward_starts, self._count_forward)
             if installed:
                 self._hooks.install()
         self._counted, self._inclusive = {}, {}
@@ -379,7 +251,7 @@ class FlopsProfiler:
         return _CountedCall(call, build_hierarchy(self.model, flops, activations), flops.fallback_reason)
 
     def _latency_totals(self) -> dict[str, LatencyStats]:
-        return {name: _total(stats) for name, stats in self._hooks.modules.stats().items()} if self._hooks else {}
+        return {name: total_of(stats) for name, stats in self._hooks.modules.stats().items()} if self._hooks else {}
 
     def _write_module_attributes(self) -> None:
         """DeepSpeed's per-module figures: own MACs and FLOPs (children's not included), all
@@ -523,96 +395,9 @@ def get_module_duration(module: nn.Module) -> float:
     return duration if duration else sum(child.__duration__ for child in module.children())
 
 
-@contextmanager
-def evaluating(model: nn.Module) -> Iterator[None]:
-    """``model.eval()`` for the duration, then each module's own training flag back."""
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for module, training in modes:
-            module.training = training
-
-
-def _input_of_shape(model: nn.Module, input_shape: Sequence[int]) -> torch.Tensor:
-    """DeepSpeed's ``input_shape`` input: random, in the model's floating dtype and on its device."""
-    parameter = next((p for p in model.parameters() if p.is_floating_point()), None)
-    if parameter is None:
-        return torch.randn(*input_shape)
-    return torch.randn(*input_shape, dtype=parameter.dtype, device=parameter.device)
-
-
-def get_model_profile(
-    model: nn.Module,
-    input_shape: Optional[Sequence[int]] = None,
-    args: Sequence[Any] = (),
-    kwargs: Optional[Mapping[str, Any]] = None,
-    print_profile: bool = True,
-    detailed: bool = True,
-    module_depth: int = -1,
-    top_modules: int = 1,
-    warm_up: int = 1,
-    as_string: bool = True,
-    output_file: Optional[str] = None,
-    ignore_modules: Optional[Sequence[type]] = None,
-    mode: str = "forward",
-    repeats: int = 5,
-    peak_flops: Optional[float] = None,
-) -> tuple[Any, Any, Any]:
-    """DeepSpeed's ``get_model_profile``: ``(flops, macs, params)`` of one forward, in eval mode.
-
-    ``input_shape`` makes a random input of that shape in the model's dtype and on its device (the
-    only argument); otherwise ``args`` and ``kwargs`` are the call. ``mode="generate"`` profiles
-    ``model.generate(*args, **kwargs)``: every forward it makes, each signature traced once. The
-    forward is timed over ``repeats`` runs (median); DeepSpeed times one. Prints (or writes to
-    ``output_file``) the profile unless ``print_profile`` is False.
-    """
-    if mode not in ("forward", "generate"):
-        raise ValueError(f"mode must be 'forward' or 'generate', got {mode!r}")
-    if input_shape is not None:
-        if args or kwargs:
-            raise ValueError("give either input_shape or args/kwargs, not both")
-        args = (_input_of_shape(model, input_shape),)
-    if not args and not kwargs:
-        raise ValueError("give input_shape, or args and/or kwargs for the model's call")
-    with evaluating(model):
-        if mode == "forward":
-            profile = profile_model(model, tuple(args), dict(kwargs or {}), warm_up=warm_up, repeats=repeats, ignore_modules=tuple(ignore_modules or ()), peak_flops=peak_flops)
-        else:
-            profile = _profile_generation(model, tuple(args), dict(kwargs or {}), warm_up, tuple(ignore_modules or ()), peak_flops)
-    if print_profile and is_writer():
-        text = format_model_profile(profile, module_depth=module_depth, top_modules=top_modules, detailed=detailed)
-        if output_file:
-            write_text(output_file, text)
-        else:
-            print(text)
-    flops, macs, params = profile.summary.flops, profile.summary.macs, profile.summary.params
-    if as_string:
-        return deepspeed_number(flops), deepspeed_macs(macs), deepspeed_params(params)
-    return flops, macs, params
-
-
-def _profile_generation(model: nn.Module, args: tuple, kwargs: dict, warm_up: int, ignore_modules: tuple[type, ...], peak_flops: Optional[float]) -> ModelProfile:
-    generate = getattr(model, "generate", None)
-    if not callable(generate):
-        raise TypeError(f"mode='generate' needs a model with a generate() method; {type(model).__name__} has none")
-    for _ in range(warm_up):
-        generate(*args, **kwargs)
-    profiler = FlopsProfiler(model, measure_backward=False, peak_flops=peak_flops)
-    try:
-        profiler.start_profile(ignore_modules)
-        with torch.no_grad():
-            generate(*args, **kwargs)
-        return profiler.profile(step=warm_up)
-    finally:
-        profiler.end_profile()
-
-
 __all__ = [
     "FlopsProfiler",
     "FlopsProfilerConfig",
-    "get_model_profile",
     "get_module_duration",
     "get_module_flops",
     "get_module_macs",

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence
 from torch import nn
 
 from .activation_count import ActivationCountAnalysis
-from .jit_analysis import module_aliases
+from .counting import module_aliases
 from .flop_count import FlopCountAnalysis
 from .handles import ELEMENTWISE_FLOP_FORMULAS, short_op_name
 from .parameter_count import parameter_count

@@ -21,7 +21,7 @@ from torch import nn
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
-from .jit_analysis import OpCount
+from .counting import OpCount
 from .records import FORWARD
 from .handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, Handle, ShapeFormula
 from .model_guard import preserved

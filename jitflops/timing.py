@@ -271,6 +271,6 @@ def time_modules(
 
 def time_model(model: nn.Module, inputs: Any = (), kwargs: Optional[Mapping[str, Any]] = None, *, warm_up: int = 1, repeats: int = 5) -> TimedPass:
     """Per-module latency of ``model`` called with ``inputs`` (and ``kwargs``), keyed like the counts."""
-    from .jit_analysis import module_aliases
+    from .counting import module_aliases
 
     return time_modules(model, ModelCall.from_user(inputs, kwargs), module_aliases(model), warm_up=warm_up, repeats=repeats)
