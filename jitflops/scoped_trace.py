@@ -24,31 +24,32 @@ Three costs are avoided, all measured with ``tools/bench.py`` and py-spy:
   for the tracer to walk per node: :func:`_tracer_call` gives the tracer the wrapper's call itself.
 
 Without hooks, the module that was running when something failed is found from the exception's
-traceback instead.
+traceback instead. What runs inside the trace (the boundaries, and the pass that reads them) is
+:mod:`jitflops.scope_boundaries`; the check for control flow that depends on the inputs' values,
+:mod:`jitflops.data_dependence`.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-import threading
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import torch
 import torch.jit._trace as jit_trace
 from torch import nn
 from torch.jit import TracerWarning
 
+from .data_dependence import TraceWarnings
 from .errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
 from .meta_values import MATERIALISE_META_BYTES, computes_by_default, meta_kernels_for_tracing, empty_copy, holds_meta, lost_values, meta_blocker, size_in_bytes
 from .jit_fallback import USE_DISPATCH, is_compiled
 from .model_guard import preserved
 from .model_io import FlatCall, ModelCall
-from .records import JitOpRecord, OpRecord, node_inputs, node_outputs
-from .running_module import failures_named, innermost_module, stack_frames
+from .records import JitOpRecord, OpRecord
+from .running_module import failures_named
+from .scope_boundaries import KEEP_ALIVE, NodeScopes, ScopeBoundaries, full_scope, prim_op_kind, recording
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +58,8 @@ TRACER_WARNING_MODES = ("all", "no_tracer_warning", "none")
 _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 
-_KEEP_ALIVE = "prim::Print"
-"""The sink that keeps computations with unused results in the graph: a node kind with side effects,
-which the tracer's dead-code elimination never removes, taking every otherwise unused value."""
-
 TracedOp = tuple["torch._C.Node", str]
 """An op node of the graph and its full scope."""
-
-NodeScopes = dict["torch._C.Node", tuple[Optional[str], str]]
-"""What the pass inside the trace read of each node: the kind it is counted under (None for graph
-bookkeeping) and its full scope."""
-
 
 @dataclass(frozen=True)
 class ScopedTrace:
@@ -87,7 +79,7 @@ class ScopedTrace:
     @classmethod
     def read(cls, graph: "torch._C.Graph", read_in_trace: NodeScopes, caught: Sequence[warnings.WarningMessage] = ()) -> "ScopedTrace":
         """The op nodes of a finished trace with their scopes: as read inside the trace
-        (:func:`_read_in_trace`), or from the tracer's own scope for nodes that pass did not see
+        (:func:`read_in_trace`), or from the tracer's own scope for nodes that pass did not see
         (made by the tracer's clean-up, or the tracer kept its own scopes). The sinks that kept
         unused values are removed from the graph."""
         ops: list[tuple[str, TracedOp]] = []
@@ -97,11 +89,11 @@ class ScopedTrace:
             seen = read_in_trace.get(node)
             if seen is None:
                 kind: Optional[str] = node.kind()
-                if kind == _KEEP_ALIVE and not node.outputsSize():
+                if kind == KEEP_ALIVE and not node.outputsSize():
                     sinks.append(node)
                     continue
                 if kind.startswith("prim::"):
-                    kind = _prim_op_kind(node, kind)
+                    kind = prim_op_kind(node, kind)
                 scope = full_scope(node.scopeName())
             else:
                 kind, scope = seen
@@ -177,174 +169,10 @@ class ScopedTrace:
         for part in node.g("Subgraph").nodes():
             kind = part.kind()
             if kind.startswith("prim::"):
-                kind = _prim_op_kind(part, kind)
+                kind = prim_op_kind(part, kind)
             if kind is not None:
                 parts.append((kind, (part, scope)))
         return parts
-
-
-_PRIM_OPS = frozenset({"prim::PythonOp", "prim::CallFunction"})
-"""The ``prim::`` kinds counted as ops; the others are graph bookkeeping."""
-
-
-def _prim_op_kind(node: "torch._C.Node", kind: str) -> Optional[str]:
-    """The kind a ``prim::`` node is counted under, or None for graph bookkeeping (not in
-    :data:`_PRIM_OPS`): a custom autograd Function is named after its class, as in fvcore; a call
-    of a Python function is an op."""
-    if kind == "prim::PythonOp":
-        return f"prim::PythonOp.{node.pyname()}"
-    return kind if kind == "prim::CallFunction" else None
-
-
-def full_scope(scope_name: str) -> str:
-    """The node's scope with the root module (``""``) in front, as fvcore's scopes read: ``"/a/a.b"``."""
-    return "/" + scope_name if scope_name else ""
-
-
-class _ScopeBoundaries:
-    """Inside a trace: note where each module's scope opens and closes, as the graph's last node at
-    that moment (``events``: ``(node, name)`` for a push, ``(node, None)`` for a pop, in order).
-
-    ``push_scope``/``pop_scope`` attributes shadow the methods on this trace's ``TracingState``
-    object only; pybind11 hands out that same object for as long as it is alive. Should it not, the
-    tracer's own scopes are left to work (at their cost), and :meth:`ScopedTrace.read` reads those.
-    pybind11 also hands out one wrapper per live node, so the nodes noted here are the objects a
-    later walk over the graph meets.
-    """
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.installed = False
-        """Whether this trace got the boundaries (else the tracer's own scope blocks are in the graph)."""
-        self.events: list[tuple["torch._C.Node", Optional[str]]] = []
-
-    @contextmanager
-    def __call__(self) -> Iterator[None]:
-        state = torch._C._get_tracing_state()
-        if not self.enabled or state is None or torch._C._get_tracing_state() is not state:
-            yield
-            return
-        last_node, events = state.graph().return_node().prev, self.events
-
-        def push_scope(name: str) -> None:
-            events.append((last_node(), name))
-
-        def pop_scope() -> None:
-            events.append((last_node(), None))
-
-        state.push_scope, state.pop_scope = push_scope, pop_scope
-        self.installed = True
-        try:
-            yield
-        finally:
-            del state.push_scope, state.pop_scope
-
-
-_SHAPE_QUERIES = frozenset({"aten::size", "aten::sizes", "aten::numel", "aten::dim", "aten::sym_size"})
-
-_NOT_WORK = _SHAPE_QUERIES | {"aten::Int", "aten::Float", "aten::Bool", "aten::ScalarImplicit"}
-"""Ops whose unused results are left to the dead-code elimination: shape queries and conversions
-(Python code asks for sizes it then does not use), and graph bookkeeping (``prim::`` other than
-Python ops): none of it is work a model runs."""
-
-
-def _read_in_trace(
-    graph: "torch._C.Graph", block: "torch._C.Block", boundaries: Optional[Sequence[tuple["torch._C.Node", Optional[str]]]]
-) -> NodeScopes:
-    """One pass over a trace's ``block`` before the tracer's clean-up: each node's kind and scope,
-    from the scope ``boundaries`` (None: the tracer kept its own scopes, read later), and a sink.
-
-    The sink: every value nothing uses becomes an input of a sink node placed at the block's end,
-    so that the tracer's dead-code elimination keeps what the model computed and dropped (an unused
-    branch, a discarded layer): a profiler counts what runs. Scope blocks (the tracer's own scopes)
-    get a sink of their own. :meth:`ScopedTrace.read` removes the sinks.
-
-    The ops a custom autograd Function's forward ran are traced twice: into the graph, right after
-    the Function's own node (which replaces their result), and into that node's subgraph. Those in
-    the graph (told by the subgraph's sequence of kinds) are left to the dead-code elimination;
-    :meth:`ScopedTrace.parts` counts the subgraph's.
-    """
-    read: NodeScopes = {}
-    unused = []
-    bools = []
-    twins: list[str] = []  # kinds of the graph's copies still expected after a Function's node, in order
-    events = iter(boundaries or ())
-    event_node, event_name = next(events, (None, None))  # the next scope event happens right after event_node
-    open_scopes = [""]
-    scope = ""
-    previous = graph.param_node()
-    for node in block.nodes():
-        while event_node is previous:
-            if event_name is None:
-                open_scopes.pop()
-            else:
-                open_scopes.append(f"{open_scopes[-1]}/{event_name}")
-            scope = open_scopes[-1]
-            event_node, event_name = next(events, (None, None))
-        previous = node
-        kind = node.kind()
-        is_prim = kind.startswith("prim::")
-        if kind == "prim::Constant" and node.output().type() == _BOOL:
-            bools.append(node)
-        if boundaries is not None:
-            op_kind = (_prim_op_kind(node, kind) if kind in _PRIM_OPS else None) if is_prim else kind
-            read[node] = (op_kind, scope)
-        if twins:
-            if kind == twins[0]:
-                twins.pop(0)
-                continue
-            twins = []
-        if kind == "prim::TracedModuleForward":
-            for inner in node.blocks():
-                _read_in_trace(graph, inner, None)
-        elif kind == "prim::PythonOp" and "Subgraph" in node.attributeNames():
-            twins = [part.kind() for part in node.g("Subgraph").nodes()]
-        if (kind == "prim::PythonOp" or not (is_prim or kind in _NOT_WORK)) and not node.hasUses():
-            unused.extend(node_outputs(node))
-    while event_node is not None:  # the scopes closed after the last node; any other event was not met
-        if event_node is not previous:
-            raise JitflopsError("the trace lost a node that marked where a module's scope opens or closes: module scopes cannot be read")
-        event_node, event_name = next(events, (None, None))
-    if unused:
-        graph.create(_KEEP_ALIVE, unused, 0).insertBefore(block.returnNode())
-    _bools_as_scalars(graph, bools)
-    return read
-
-
-_BOOL = torch._C.BoolType.get()
-
-
-def _bools_as_scalars(graph: "torch._C.Graph", constants: Sequence["torch._C.Node"]) -> None:
-    """Give the ops that took a Python bool as a ``Scalar`` (``mask.scatter(-1, index, False)``,
-    ``x.masked_fill(m, True)``, ``torch.full_like(x, True)``) the same value as an int.
-
-    The tracer records such an argument as a bool constant, which no overload's ``Scalar`` matches;
-    the tracer's clean-up then fails inside torch ("INTERNAL ASSERT FAILED ... We don't have an op for
-    aten::scatter but it isn't a special case"), as on the sparse-attention models of transformers
-    (DeepSeek-V3.2's indexer). A Scalar is cast to the op's dtype, so ``True`` and ``1`` give the same
-    result. Only the uses that match no schema are rewritten: a bool argument stays a bool.
-    """
-    for constant in constants:
-        value = constant.output()
-        for use in value.uses():
-            user = use.user
-            if user.kind().startswith("aten::") and user.schema() == "(no schema)":
-                with graph.insert_point_guard(user):
-                    user.replaceInput(use.offset, graph.insertConstant(int(value.toIValue())))
-
-
-def _recording(boundaries: _ScopeBoundaries, read: NodeScopes) -> Callable[[], ContextManager[None]]:
-    """What runs around the model's call inside the trace: scope boundaries, then the pass that
-    reads each node's scope (into ``read``) and sinks unused values."""
-
-    @contextmanager
-    def around_model() -> Iterator[None]:
-        with boundaries():
-            yield
-        graph = torch._C._get_tracing_state().graph()
-        read.update(_read_in_trace(graph, graph.block(), boundaries.events if boundaries.installed else None))
-
-    return around_model
 
 
 _TORCH_INTERNAL_ERRORS = ("INTERNAL ASSERT FAILED", "unordered_map::at")
@@ -366,78 +194,6 @@ def _explained(failed: nn.Module, error: Exception) -> Exception:
             f"a torch bug rather than a fault of the model; {USE_DISPATCH}"
         )
     return error
-
-
-_SHAPE_SOURCES = _SHAPE_QUERIES | {
-    "prim::Constant",
-    # read only their operand's shape, dtype or device
-    "aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::full_like", "aten::new_zeros", "aten::new_ones",
-    "aten::new_empty", "aten::new_full", "aten::new_tensor",
-}
-
-
-def _depends_on_data(value_producer: "torch._C.Node", user_inputs: int) -> bool:
-    """Whether a node's result is computed from the data of the model's inputs (one of the graph's
-    first ``user_inputs`` inputs, reached without passing through a shape query), rather than from
-    shapes, constants, parameters and buffers (the graph's later inputs).
-
-    Visited nodes are kept alive while walking: pybind11 hands out one wrapper per live node, so
-    their ids are stable (ids of short-lived wrappers are reused, which made the verdict random).
-    """
-    pending, seen = [value_producer], {}
-    while pending:
-        node = pending.pop()
-        if id(node) in seen or node.kind() in _SHAPE_SOURCES:
-            continue
-        seen[id(node)] = node
-        for value in node_inputs(node):
-            producer = value.node()
-            if producer.kind() == "prim::Param":
-                if value.offset() < user_inputs:
-                    return True
-            else:
-                pending.append(producer)
-    return False
-
-
-class _TraceWarnings:
-    """Collects what the trace warns about, and notes where Python code turned a tensor's *data*
-    into a Python value (a branch, a loop bound, an index), which a trace cannot follow.
-
-    The tracer warns when a tensor becomes a Python value, for shape arithmetic
-    (``if x.shape[1] > 3``) and data (``if x.sum() > 0``) alike. At that moment the tensor being
-    converted was the last one traced, so walking back from the graph's last node tells the two apart.
-    Warnings are taken once per source line (Python's ``"default"`` action: ``"always"`` costs
-    about 25 µs a warning on models that convert sizes in every layer), so each line is judged by
-    the first tensor it converts.
-
-    Python's warning machinery is process-wide: warnings other threads raise meanwhile go on to the
-    handler that was in place before.
-    """
-
-    def __init__(self, names: Mapping[nn.Module, str], user_inputs: int) -> None:
-        self.names = names
-        self.user_inputs = user_inputs
-        self.caught: list[warnings.WarningMessage] = []
-        self.data_dependent: list[tuple[str, int, str]] = []
-        self._traced: Optional[tuple[Any, "torch._C.Graph"]] = None  # (tracing state, its graph): graph() costs ~20 µs
-        self._thread = threading.get_ident()
-        self._others = warnings.showwarning
-
-    def __call__(self, message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-        if threading.get_ident() != self._thread:
-            self._others(message, category, filename, lineno, file, line)
-            return
-        self.caught.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
-        state = torch._C._get_tracing_state()
-        if state is None or not issubclass(category, TracerWarning) or "Converting a tensor to a Python" not in str(message):
-            return
-        if self._traced is None or self._traced[0] is not state:
-            self._traced = (state, state.graph())
-        if _depends_on_data(self._traced[1].return_node().prev(), self.user_inputs):
-            module = innermost_module(stack_frames(inspect.currentframe()), self.names)
-            self.data_dependent.append((filename, lineno, self.names[module] if module is not None else ""))
-
 
 
 def _tracer_call(runner: FlatCall) -> tuple[Any, ...]:
@@ -564,10 +320,10 @@ def _trace_with_scopes(model: nn.Module, call: ModelCall, aliases: Mapping[Any, 
         raise JitflopsError(f"the model is compiled with torch.compile, which the JIT tracer cannot follow: {USE_DISPATCH}")
     traced = model.module if isinstance(model, _WRAPPERS) else model
     scope_names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
-    boundaries, read_in_trace = _ScopeBoundaries(enabled=scope_boundaries), {}
-    runner = FlatCall(traced, call, around_model=_recording(boundaries, read_in_trace))
+    boundaries, read_in_trace = ScopeBoundaries(enabled=scope_boundaries), {}
+    runner = FlatCall(traced, call, around_model=recording(boundaries, read_in_trace))
     with preserved(model), warnings.catch_warnings(), torch.no_grad():  # process-wide state is read and set under the lock
-        collected = _TraceWarnings(scope_names, len(runner.flat_inputs()))
+        collected = TraceWarnings(scope_names, len(runner.flat_inputs()))
         warnings.simplefilter("default", TracerWarning)
         warnings.showwarning = collected
         previous_map = jit_trace._trace_module_map

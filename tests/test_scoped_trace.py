@@ -10,7 +10,7 @@ import torch
 from fvcore import nn as fvcore_nn
 from torch import nn
 
-from jitflops import DataDependentTraceWarning, FlopCountAnalysis, JitFallbackWarning, JitflopsError, TraceError, scoped_trace
+from jitflops import DataDependentTraceWarning, FlopCountAnalysis, JitFallbackWarning, JitflopsError, TraceError, scope_boundaries, scoped_trace
 from jitflops.jit_analysis import module_aliases
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO
 from jitflops.model_io import ModelCall
@@ -43,7 +43,7 @@ def _tracer_scopes_only():
         yield
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(scoped_trace._ScopeBoundaries, "__call__", leave_the_tracer_alone)
+        patch.setattr(scope_boundaries.ScopeBoundaries, "__call__", leave_the_tracer_alone)
         yield
 
 
@@ -176,7 +176,7 @@ def test_a_failure_inside_torchs_tracer_is_named_a_torch_bug_and_points_to_dispa
 def test_a_scope_boundary_the_graph_lost_is_an_error_not_a_wrong_scope():
     graph = torch.jit.trace(nn.Linear(2, 2), torch.randn(1, 2)).inlined_graph
     nodes = list(graph.nodes())
-    assert scoped_trace._read_in_trace(graph, graph.block(), [(nodes[0], "a"), (nodes[-1], None)])[nodes[-1]][1] == "/a"
+    assert scope_boundaries.read_in_trace(graph, graph.block(), [(nodes[0], "a"), (nodes[-1], None)])[nodes[-1]][1] == "/a"
     elsewhere = torch._C.Graph().param_node()
     with pytest.raises(JitflopsError, match="lost a node that marked where a module's scope opens"):
-        scoped_trace._read_in_trace(graph, graph.block(), [(nodes[0], "a"), (elsewhere, None)])
+        scope_boundaries.read_in_trace(graph, graph.block(), [(nodes[0], "a"), (elsewhere, None)])

@@ -74,7 +74,7 @@ MAX_PARAMETERS = 1_000_000_000
 
 KNOWN_DIFFERENCES = {
     **dict.fromkeys(
-        ("clipseg", "dinov2", "dinov2_with_registers", "internvl_vision", "pixio", "qianfan_ocr_vision", "tipsv2",
+        ("clipseg", "dinov2", "dinov2_with_registers", "internvl", "internvl_vision", "pixio", "qianfan_ocr", "qianfan_ocr_vision", "tipsv2",
          "tipsv2_vision_model", "vitdet"),
         "the model's code takes a torch.jit.is_tracing() branch (an extra bicubic interpolation of the position "
         "embeddings) that runs only under the JIT tracer",
