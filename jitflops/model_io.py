@@ -71,8 +71,10 @@ class ModelCall:
         return ModelCall(args, kwargs)
 
     def run(self, model: nn.Module) -> Any:
+        """``model`` called on a fresh copy of the call; collectives its output still waits for are
+        completed (:func:`collectives_waited`)."""
         call = self.fresh()
-        return model(*call.args, **call.kwargs)
+        return collectives_waited(model(*call.args, **call.kwargs))
 
     def signature(self) -> Hashable:
         """What a count of this call depends on: its structure, tensor shapes and dtypes, other
@@ -156,3 +158,18 @@ class FlatCall(nn.Module):
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
         with self._around_model():
             return tensor_leaves(self.model(*args, **kwargs))
+
+
+def collectives_waited(output: Any) -> Any:
+    """``output``, its pending collectives completed: a tensor-parallel layer returns an
+    ``AsyncCollectiveTensor`` whose all-reduce is still in flight until the tensor is used. The
+    runs jitflops makes drop their outputs, and a process group destroyed with collectives in
+    flight aborts the process; a timed run also includes the communication it started."""
+    try:
+        from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    except ImportError:  # a torch built without distributed
+        return output
+    for tensor in tensor_leaves(output):
+        if isinstance(tensor, AsyncCollectiveTensor):
+            tensor.trigger_wait()
+    return output

@@ -128,7 +128,7 @@ def read_in_trace(
         previous = node
         kind = node.kind()
         is_prim = kind.startswith("prim::")
-        if kind == "prim::Constant" and node.output().type() == _BOOL:
+        if kind == "prim::Constant" and isinstance(node.output().type(), torch._C.BoolType):
             bools.append(node)
         if boundaries is not None:
             op_kind = (prim_op_kind(node, kind) if kind in _PRIM_OPS else None) if is_prim else kind
@@ -153,9 +153,6 @@ def read_in_trace(
         graph.create(KEEP_ALIVE, unused, 0).insertBefore(block.returnNode())
     _bools_as_scalars(graph, bools)
     return read
-
-
-_BOOL = torch._C.BoolType.get()
 
 
 def _bools_as_scalars(graph: "torch._C.Graph", constants: Sequence["torch._C.Node"]) -> None:
