@@ -164,11 +164,11 @@ def collectives_waited(output: Any) -> Any:
     """``output``, its pending collectives completed: a tensor-parallel layer returns an
     ``AsyncCollectiveTensor`` whose all-reduce is still in flight until the tensor is used. The
     runs jitflops makes drop their outputs, and a process group destroyed with collectives in
-    flight aborts the process; a timed run also includes the communication it started."""
-    try:
-        from torch.distributed._functional_collectives import AsyncCollectiveTensor
-    except ImportError:  # a torch built without distributed
+    flight aborts the process; a timed run also includes the communication it started. Without a
+    process group there is none, and the output is not walked (timed runs call this)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return output
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
     for tensor in tensor_leaves(output):
         if isinstance(tensor, AsyncCollectiveTensor):
             tensor.trigger_wait()
