@@ -4,6 +4,8 @@ operator and per module, in one hierarchy."""
 from ._version import __version__
 from .activation_count import ActivationCountAnalysis, activation_count
 from .jit_analysis import JitModelAnalysis
+from .communication import CollectiveTotals, CommunicationAnalysis
+from .collective_recorder import CollectiveLog, record_collectives
 from .errors import DataDependentTraceWarning, HandleError, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
 from .flop_count import FlopCountAnalysis, flop_count
 from .handles import Handle, ShapeFormula, get_shape
@@ -24,6 +26,9 @@ from .timing import LatencyStats, TimedPass, time_model
 
 __all__ = [
     "ActivationCountAnalysis",
+    "CollectiveLog",
+    "CollectiveTotals",
+    "CommunicationAnalysis",
     "DataDependentTraceWarning",
     "FlopCountAnalysis",
     "FlopsProfiler",
@@ -42,6 +47,7 @@ __all__ = [
     "get_module_macs",
     "model_from_name",
     "profile_model",
+    "record_collectives",
     "profile_to_dict",
     "profile_to_html",
     "time_model",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable, Optional
 
-from .formatting import deepspeed_flops, deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
+from .formatting import deepspeed_bytes, deepspeed_flops, deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
 from .hierarchy import ModuleProfile
 from .model_profile import ModelProfile, ProfileSummary
 
@@ -34,6 +34,30 @@ def _seconds(value: Optional[float]) -> str:
 
 def _rate(value: Optional[float]) -> str:
     return "N/A" if value is None else deepspeed_flops(value)
+
+
+def _communication_lines(summary: ProfileSummary) -> list[str]:
+    """One line per collective this rank ran: calls, bytes (nccl-tests' size), bus bytes, group sizes."""
+    return [
+        _line(
+            f"comm per GPU: {totals.name}",
+            f"{totals.calls} calls, {deepspeed_bytes(totals.bytes)}, bus {deepspeed_bytes(totals.bus_bytes)}, "
+            f"group size {'/'.join(map(str, totals.group_sizes))}",
+        )
+        for totals in summary.collectives
+    ]
+
+
+def _cluster_lines(profile: ModelProfile) -> list[str]:
+    """The run's figures over its ranks: the slowest rank and the cluster's MFU."""
+    slowest = profile.slowest_rank
+    if slowest is None:
+        return []
+    seconds = profile.ranks[slowest].summary.measured_work[1]
+    lines = [_line("slowest rank (fwd+bwd latency where timed, else fwd)", f"{slowest}: {deepspeed_seconds(seconds)}")]
+    if profile.cluster_mfu is not None:
+        lines.append(_line("cluster MFU = sum of ranks' flops / (slowest rank's latency * sum of peaks)", f"{100 * profile.cluster_mfu:.2f}%"))
+    return lines
 
 
 def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str) -> list[str]:
@@ -73,6 +97,7 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
             lines.append(_line("recompute MACs per GPU (activation checkpointing, apart from bwd)", deepspeed_macs(summary.recompute_macs)))
     lines.append(_line("forward passes profiled", summary.forwards))
     lines.append(_line("counted by", summary.front_end))
+    lines += _communication_lines(summary)
     if summary.forward is not None and len(summary.forward.samples) > 1:
         lines.append(_line("fwd latency runs", f"median of {len(summary.forward.samples)} runs, IQR {deepspeed_seconds(summary.forward.iqr)}"))
         if summary.forward.noisy:
@@ -149,6 +174,8 @@ def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float]) -> list[st
         mfu = node.mfu(peak_flops)
         if mfu is not None:
             items.append(f"{100 * mfu:.2f}% MFU")
+        if node.comm_bytes:
+            items.append(f"{deepspeed_bytes(node.comm_bytes)} comm")
         if node.extra_repr:
             items.append(node.extra_repr)
         return ", ".join(items)
@@ -186,7 +213,7 @@ def format_model_profile(
 ) -> str:
     """The profile as DeepSpeed prints it; ``module_depth`` (-1: all) and ``top_modules`` choose
     the aggregated profile's depths and modules, as there; the detailed tree is the whole model."""
-    lines = _summary_lines(profile.summary, profile.step, profile.convention)
+    lines = _summary_lines(profile.summary, profile.step, profile.convention) + _cluster_lines(profile)
     lines += ["", AGGREGATED_TITLE, format_aggregated_profile(profile.root, module_depth, top_modules)]
     if detailed:
         lines += _detailed_lines(profile.root, profile.summary.peak_flops)

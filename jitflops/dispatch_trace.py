@@ -34,6 +34,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.overrides import TorchFunctionMode
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.module_tracker import ModuleTracker
@@ -42,6 +43,7 @@ from .errors import TraceError
 from .handles.spectral import FFT_KINDS
 from .model_guard import preserved
 from .model_io import ModelCall, tensor_leaves
+from .process_groups import dtensor_class, process_group_meta
 from .records import BACKWARD, FORWARD, RECOMPUTE, EagerOpRecord, OpRecord, TensorMeta
 
 BackwardFn = Callable[[Any], None]
@@ -52,7 +54,8 @@ def _decode(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         if isinstance(value, UninitializedTensorMixin):  # a lazy module's parameter, before it materialises
             return TensorMeta(None, value.dtype)
-        return TensorMeta(tuple(value.shape), value.dtype)
+        local = getattr(value, "_local_tensor", None)  # a DTensor: this rank works on its shard
+        return TensorMeta(tuple((value if local is None else local).shape), value.dtype)
     if isinstance(value, (list, tuple)):
         return [_decode(item) for item in value]
     return value
@@ -70,8 +73,12 @@ UNDECLARED_WRITES: dict[str, Optional[str]] = {
 does), each with the flag that says whether a call writes them (None: always)."""
 
 
+_GROUP_ARGUMENTS = ("process_group", "group_name")
+"""How collectives' schemas name their process group (``c10d::`` ops, functional collectives)."""
+
+
 @dataclass(frozen=True)
-class _Signature:
+class Signature:
     """What an op's schema says of its arguments, read once per op: a schema's arguments are
     pybind11 objects, a few microseconds to read on every call."""
 
@@ -83,9 +90,11 @@ class _Signature:
     """The arguments the op writes: ``Tensor(a!)`` (in place, ``out=``), and those of :data:`UNDECLARED_WRITES`."""
     written_if: Optional[int]
     """The flag argument without which :attr:`written` are not written, if any."""
+    group: Optional[int]
+    """A collective's process group argument, recorded as a :class:`~jitflops.process_groups.ProcessGroupMeta`."""
 
     @classmethod
-    def of(cls, schema: Any) -> "_Signature":
+    def of(cls, schema: Any) -> "Signature":
         arguments = schema.arguments
         names = tuple(argument.name for argument in arguments)
         undeclared = schema.name in UNDECLARED_WRITES
@@ -99,6 +108,7 @@ class _Signature:
                 if (argument.alias_info is not None and argument.alias_info.is_write) or (undeclared and argument.name in ("running_mean", "running_var"))
             ),
             names.index(flag) if flag is not None else None,
+            next((index for index, name in enumerate(names) if name in _GROUP_ARGUMENTS), None),
         )
 
     def _argument(self, index: int, args: tuple, kwargs: dict) -> Any:
@@ -109,7 +119,14 @@ class _Signature:
         values = [_decode(value) for value in args]
         for name, default in zip(self.names[len(args):], self.defaults[len(args):]):
             values.append(_decode(kwargs[name]) if name in kwargs else default)
+        if self.group is not None:
+            values[self.group] = process_group_meta(values[self.group])
         return values
+
+    def record(self, args: tuple, kwargs: dict, output: Any, module: str, phase: str) -> EagerOpRecord:
+        """One call of the op as a record, in ``module``'s scope."""
+        outputs = [_decode(value) for value in (output if isinstance(output, (list, tuple)) else (output,))]
+        return EagerOpRecord(self.name, self.values(args, kwargs), outputs, self.names, module, phase)
 
     def written_tensors(self, args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
         """The tensors this call of the op writes."""
@@ -152,9 +169,9 @@ FUNCTION_LEVEL_OPS: dict[Callable[..., Any], str] = {
 
 
 @functools.lru_cache(maxsize=None)
-def _signature_for(kind: str, arity: int) -> _Signature:
+def _signature_for(kind: str, arity: int) -> Signature:
     """The signature of the first overload of ``kind`` that takes ``arity`` arguments (not an ``out=`` one)."""
-    return _Signature.of(next(s for s in torch._C._jit_get_schemas_for_operator(kind) if len(s.arguments) >= arity and "out" not in s.overload_name))
+    return Signature.of(next(s for s in torch._C._jit_get_schemas_for_operator(kind) if len(s.arguments) >= arity and "out" not in s.overload_name))
 
 
 def _hookable(tensor: Any) -> bool:
@@ -225,6 +242,14 @@ def _outermost_first(tracker_name: str) -> tuple[int, str]:
 
 
 class _OpRecorder(TorchDispatchMode):
+    """Records every aten op that runs, as this rank runs it.
+
+    A DTensor op is left to DTensor (``NotImplemented``, as ``CommDebugMode`` does), which runs it
+    on its local shards and redistributes with collectives: those come back here and are recorded,
+    so a sharded model is counted per rank. What DTensor runs on fake tensors to propagate
+    shardings is not work, and is not recorded.
+    """
+
     def __init__(self, tracker: _ScopeTracker, module_names: Mapping[str, str], before_write: Callable[[torch.Tensor], None]) -> None:
         super().__init__()
         self.tracker = tracker
@@ -235,16 +260,14 @@ class _OpRecorder(TorchDispatchMode):
         self.records: list[tuple[str, EagerOpRecord]] = []
         """Each op with its full scope path (``"/a/a.b"``); the record's own scope is the innermost module."""
         self.inside_function_level_op = 0
+        self.inside_fake_op = 0
         self._scope_cache: dict[frozenset[str], str] = {}
         self._last_scope: tuple[frozenset[str], str] = (frozenset(), "")
-        self._signatures: dict[Any, _Signature] = {}
+        self._signatures: dict[Any, Signature] = {}
 
-    def add(self, signature: _Signature, args: tuple, kwargs: dict, output: Any) -> None:
-        outputs = [_decode(value) for value in (output if isinstance(output, (list, tuple)) else (output,))]
-        phase = self.tracker.phase
+    def add(self, signature: Signature, args: tuple, kwargs: dict, output: Any) -> None:
         path = self._current_scope()
-        record = EagerOpRecord(signature.name, signature.values(args, kwargs), outputs, signature.names, path.rpartition("/")[2], phase)
-        self.records.append((path, record))
+        self.records.append((path, signature.record(args, kwargs, output, path.rpartition("/")[2], self.tracker.phase)))
 
     def _current_scope(self) -> str:
         last_parents, last_scope = self._last_scope
@@ -261,14 +284,24 @@ class _OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
+        if types and dtensor_class() is not None and any(issubclass(t, dtensor_class()) for t in types):
+            return NotImplemented
+        if isinstance(func, torch._ops.HigherOrderOperator):  # no schema, not an op of its own (DTensor's RNG wrapper)
+            return func(*args, **kwargs)
+        if types and any(issubclass(t, FakeTensor) for t in types):
+            self.inside_fake_op += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.inside_fake_op -= 1
         signature = self._signatures.get(func)
         if signature is None:
-            signature = self._signatures[func] = _Signature.of(func._schema)
+            signature = self._signatures[func] = Signature.of(func._schema)
         if signature.written:
             for tensor in signature.written_tensors(args, kwargs):
                 self.before_write(tensor)
         output = func(*args, **kwargs)
-        if not self.inside_function_level_op:
+        if not (self.inside_function_level_op or self.inside_fake_op):
             self.add(signature, args, kwargs, output)
         return output
 

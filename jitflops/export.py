@@ -44,6 +44,9 @@ UNITS = {
     "forwards": "forward calls the counts and latencies cover (totals when more than 1)",
     "counted_by": "the front end that recorded the ops: jit (the JIT trace) or dispatch (the ops as they ran)",
     "fallback_reason": "why the dispatch backend counted where the JIT trace was asked for (null: it did not)",
+    "comm_bytes, bytes": "bytes a collective moves, by nccl-tests' size definitions (the gathered output of an all-gather, the input of a reduce-scatter or all-to-all, the tensor of an all-reduce)",
+    "bus_bytes": "bytes x nccl-tests' bus factor: 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv",
+    "cluster_mfu": "the ranks' flops summed / (the slowest rank's time x the sum of the ranks' peak_flops)",
 }
 
 
@@ -82,6 +85,10 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "timing_overhead": summary.timing_overhead,
             "peak_flops": summary.peak_flops,
             "mfu": summary.mfu,
+            "comm_bytes": summary.comm_bytes,
+            "collectives": [totals.as_dict() for totals in summary.collectives],
+            "slowest_rank": profile.slowest_rank,
+            "cluster_mfu": profile.cluster_mfu,
         },
         "modules": [_module_to_dict(node, node.mfu(summary.peak_flops)) for node in profile.root.walk()],
         "ops": [row.as_dict() for row in profile.op_rows],
@@ -101,6 +108,8 @@ def _module_to_dict(node: ModuleProfile, mfu: Optional[float]) -> dict[str, Any]
         "macs_by_op": dict(node.macs_by_op),
         "elementwise_flops_by_op": dict(node.elementwise_flops_by_op),
         "activations": node.activations,
+        "comm_bytes": node.comm_bytes,
+        "comm_bytes_by_collective": dict(node.comm_bytes_by_collective),
         "called": node.called,
         "latency": node.latency.as_dict() if node.latency else None,
         "flops_per_second": node.flops_per_second,

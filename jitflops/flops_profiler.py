@@ -27,15 +27,16 @@ import logging
 import os
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterator, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
 from torch.profiler import ProfilerAction
 
+from .communication import CollectiveTotals, combined_totals, communication_of
 from .deepspeed_report import format_aggregated_profile, format_model_profile
-from .distributed import gather_profile, is_writer
+from .distributed import is_writer, profile_on_every_rank
 from .errors import JitflopsError
 from .file_output import write_text
 from .flops_profiler_config import FlopsProfilerConfig
@@ -45,7 +46,7 @@ from .counting import module_aliases
 from .model_io import ModelCall
 from .model_profile import ModelProfile, ParallelSizes, ProfileSummary, profile_convention
 from .peak_flops import model_peak_flops
-from .profile import count_model, measure_backward_macs
+from .profile import backward_macs_of, count_model, training_step_analysis
 from .step_timing import TrainingStepHooks, total_of
 from .timing import LatencyStats, clock_for
 
@@ -68,6 +69,8 @@ class _CountedCall:
     forwards: int = 0
     backward_macs: Optional[tuple[int, int]] = None
     """MACs of one backward of this call, and of the forward recomputed in it (activation checkpointing)."""
+    collectives: Mapping[str, CollectiveTotals] = field(default_factory=dict)
+    """The collectives of one forward of this call (and of its backward, once that is measured)."""
 
 
 class FlopsProfiler:
@@ -248,7 +251,9 @@ class FlopsProfiler:
 
     def _count_call(self, call: ModelCall) -> _CountedCall:
         flops, activations = count_model(self.model, call, self.elementwise)
-        return _CountedCall(call, build_hierarchy(self.model, flops, activations), flops.fallback_reason)
+        communication = communication_of(flops)
+        tree = build_hierarchy(self.model, flops, activations, communication=communication)
+        return _CountedCall(call, tree, flops.fallback_reason, collectives=communication.by_collective() if communication else {})
 
     def _latency_totals(self) -> dict[str, LatencyStats]:
         return {name: total_of(stats) for name, stats in self._hooks.modules.stats().items()} if self._hooks else {}
@@ -285,7 +290,10 @@ class FlopsProfiler:
             if counted.backward_macs is None:
                 try:
                     with self._hooks.pausing():
-                        counted.backward_macs = measure_backward_macs(self.model, counted.call)
+                        step = training_step_analysis(self.model, counted.call)
+                        counted.backward_macs = backward_macs_of(step)
+                    communication = communication_of(step)
+                    counted.collectives = communication.by_collective() if communication else {}
                 except JitflopsError as error:  # e.g. an output that needs no gradient
                     logger.warning("backward MACs not measured (%s); assuming %g x the forward's", error, 2 + self.recompute_fwd_factor)
                     return None, None
@@ -296,7 +304,11 @@ class FlopsProfiler:
     # -- results -----------------------------------------------------------------------------
 
     def profile(self, step: Optional[int] = None) -> ModelProfile:
-        """Everything measured since :meth:`start_profile`, as a :class:`ModelProfile`."""
+        """Everything measured since :meth:`start_profile`, as a :class:`ModelProfile` (in a
+        multi-process run, every rank's gathered: every rank must ask, see :mod:`jitflops.distributed`)."""
+        return profile_on_every_rank(lambda: self._this_rank_profile(step))
+
+    def _this_rank_profile(self, step: Optional[int]) -> ModelProfile:
         counted = list(self._counted.values())
         totals = self._latency_totals()
         if counted:
@@ -322,8 +334,9 @@ class FlopsProfiler:
             batch_size=engine.train_micro_batch_size_per_gpu() if callable(getattr(engine, "train_micro_batch_size_per_gpu", None)) else None,
             counted_by="dispatch" if fallback is not None else "jit",
             fallback_reason=fallback,
+            collectives=combined_totals((c.collectives, c.forwards) for c in counted),
         )
-        return gather_profile(ModelProfile(root, summary, profile_convention(self.elementwise), (), hooks.modules.last_spans if hooks else (), step))
+        return ModelProfile(root, summary, profile_convention(self.elementwise), (), hooks.modules.last_spans if hooks else (), step)
 
     def _running(self, index: int) -> int:
         return self._inclusive.get("", (0, 0))[index]

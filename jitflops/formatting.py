@@ -56,5 +56,10 @@ def deepspeed_flops(num: float) -> str:
     return deepspeed_number(num) + "FLOPS"
 
 
+def deepspeed_bytes(num: float) -> str:
+    """Bytes in decimal units, as nccl-tests gives sizes: ``2048 -> '2.05 KB'``."""
+    return deepspeed_number(num) + "B"
+
+
 def deepspeed_seconds(seconds: float) -> str:
     return deepspeed_number(seconds) + "s"

@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence
 from torch import nn
 
 from .activation_count import ActivationCountAnalysis
+from .communication import CommunicationAnalysis
 from .counting import module_aliases
 from .flop_count import FlopCountAnalysis
 from .handles import ELEMENTWISE_FLOP_FORMULAS, short_op_name
@@ -40,6 +41,8 @@ class ModuleProfile:
     called: bool
     extra_repr: str = ""
     children: list["ModuleProfile"] = field(default_factory=list)
+    comm_bytes_by_collective: typing.Counter[str] = field(default_factory=Counter)
+    """Bytes moved by the collectives this module ran (nccl-tests' sizes), per collective."""
 
     @property
     def macs(self) -> int:
@@ -48,6 +51,10 @@ class ModuleProfile:
     @property
     def elementwise_flops(self) -> int:
         return sum(self.elementwise_flops_by_op.values())
+
+    @property
+    def comm_bytes(self) -> int:
+        return sum(self.comm_bytes_by_collective.values())
 
     @property
     def flops(self) -> int:
@@ -106,6 +113,7 @@ def remove_module_types(root: ModuleProfile, model: nn.Module, ignored: Sequence
                 for ancestor in ancestors + [node]:
                     ancestor.macs_by_op = +(ancestor.macs_by_op - child.macs_by_op)
                     ancestor.elementwise_flops_by_op = +(ancestor.elementwise_flops_by_op - child.elementwise_flops_by_op)
+                    ancestor.comm_bytes_by_collective = +(ancestor.comm_bytes_by_collective - child.comm_bytes_by_collective)
                     ancestor.activations -= child.activations
                     ancestor.latency = _subtract(ancestor.latency, child.latency)
             else:
@@ -124,8 +132,9 @@ def build_hierarchy(
     activations: Optional[ActivationCountAnalysis] = None,
     latency: Optional[Mapping[str, LatencyStats]] = None,
     ignore_modules: Sequence[type] = (),
+    communication: Optional[CommunicationAnalysis] = None,
 ) -> ModuleProfile:
-    """The model's module tree with counts and latency (seconds per canonical module name) attached.
+    """The model's module tree with counts, communication and latency (seconds per canonical module name) attached.
 
     Modules of a type in ``ignore_modules`` are left out and their MACs, activations and latency
     are removed from their ancestors too (parameters stay: they are still in the model). Without
@@ -135,6 +144,7 @@ def build_hierarchy(
     params = parameter_count(model)
     macs = flops.by_module_and_operator() if flops is not None else {}
     acts = activations.by_module(emit_warnings=False) if activations is not None else Counter()
+    comm = communication.by_module_and_operator() if communication is not None else {}
     uncalled = flops.uncalled_modules(emit_warnings=False) if flops is not None else None
     latency = latency or {}
     elementwise_keys = {short_op_name(kind) for kind in ELEMENTWISE_FLOP_FORMULAS.kinds()}
@@ -151,6 +161,7 @@ def build_hierarchy(
             latency=latency.get(name),
             called=uncalled is not None and name not in uncalled,
             extra_repr=module.extra_repr(),
+            comm_bytes_by_collective=+Counter(comm.get(name, {})),
         )
         for key, child in module.named_children():
             child_name = f"{name}.{key}" if name else key
@@ -161,6 +172,14 @@ def build_hierarchy(
         return node
 
     return remove_module_types(build(model, "", 0), model, ignore_modules)
+
+
+def _weighted_sum(counters: typing.Iterable[tuple[typing.Mapping[str, float], int]]) -> typing.Counter[str]:
+    total: typing.Counter[str] = Counter()
+    for counts, weight in counters:
+        for key, value in counts.items():
+            total[key] += value * weight
+    return +total
 
 
 def combined_trees(
@@ -179,9 +198,10 @@ def combined_trees(
         children = [merge(child) for child in node.children]
         return dataclasses.replace(
             node,
-            macs_by_op=sum((Counter({op: n * weight for op, n in other.macs_by_op.items()}) for other, weight in same), Counter()),
-            elementwise_flops_by_op=sum((Counter({op: n * weight for op, n in other.elementwise_flops_by_op.items()}) for other, weight in same), Counter()),
+            macs_by_op=_weighted_sum((other.macs_by_op, weight) for other, weight in same),
+            elementwise_flops_by_op=_weighted_sum((other.elementwise_flops_by_op, weight) for other, weight in same),
             activations=sum(other.activations * weight for other, weight in same),
+            comm_bytes_by_collective=_weighted_sum((other.comm_bytes_by_collective, weight) for other, weight in same),
             called=any(other.called for other, _ in same),
             latency=latency_of(node.name, [other.latency for other, _ in same]) or _sum_of_children(children),
             children=children,

@@ -38,6 +38,7 @@ METRICS = {
     "activations": "activations",
     "flops_per_second": "FLOP/s",
     "mfu": "MFU",
+    "comm_bytes": "communication (bytes)",
 }
 
 _STYLE = """
@@ -68,7 +69,7 @@ _SCRIPT = r"""
   mods.forEach(m => { byName[m.name] = m; m.children = []; });
   mods.forEach(m => { if (m.name !== "") { const parent = m.name.includes(".") ? m.name.slice(0, m.name.lastIndexOf(".")) : ""; (byName[parent] || byName[""]).children.push(m); } });
   const labels = data.metrics;
-  const units = {flops: "", macs: "", params: "", latency: "s", activations: "", flops_per_second: "FLOP/s", mfu: ""};
+  const units = {flops: "", macs: "", params: "", latency: "s", activations: "", flops_per_second: "FLOP/s", mfu: "", comm_bytes: "B"};
   function value(m, metric){
     if (metric === "latency") return m.latency ? m.latency.median_s : null;
     if (metric === "mfu") return m.mfu;
@@ -165,7 +166,7 @@ _SCRIPT = r"""
   }
   function details(){
     const m = selected, rows = [["module", m.name || "(model)"], ["type", m.type], ["called", m.called ? "yes" : "no"]];
-    ["params", "macs", "flops", "activations"].forEach(k => rows.push([labels[k], m[k].toLocaleString("en")]));
+    ["params", "macs", "flops", "activations", "comm_bytes"].forEach(k => rows.push([labels[k], m[k].toLocaleString("en")]));
     ["latency", "flops_per_second", "mfu"].forEach(k => rows.push([labels[k], fmt(value(m, k), k)]));
     const ops = Object.entries(m.macs_by_op).concat(Object.entries(m.elementwise_flops_by_op)).sort((a, b) => b[1] - a[1]).slice(0, 5);
     let text = "<b>" + (m.name || "model") + "</b><table>" + rows.map(r => "<tr><td>" + r[0] + '</td><td class="v">' + String(r[1]).replace(/</g, "&lt;") + "</td></tr>").join("") + "</table>";
@@ -236,6 +237,10 @@ def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = N
     root_id = f"jitflops-{uuid.uuid4().hex[:8]}"
     data = json.dumps(_page_data(profile, root_id, memory_bandwidth)).replace("</", "<\\/")
     options = "".join(f'<option value="{key}">{html.escape(label)}</option>' for key, label in METRICS.items())
+    communication = "".join(
+        f"; {html.escape(totals.name)}: {totals.calls} calls, {totals.bytes:,} bytes (bus {totals.bus_bytes:,.0f}) over {'/'.join(map(str, totals.group_sizes))} ranks"
+        for totals in summary.collectives
+    )
     timing = (
         f"forward {summary.forward.median * 1e3:.3f} ms (median of {len(summary.forward.samples)} runs) on {html.escape(summary.device)}"
         if summary.forward is not None else "not timed: latency, FLOP/s, MFU and the roofline need a timed profile"
@@ -243,7 +248,7 @@ def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = N
     body = (
         f'<div class="jf" id="{root_id}"><style>{_STYLE}</style>'
         f"<h2>{html.escape(profile.root.type_name)}: {summary.macs:,} MACs, {summary.flops:,} FLOPs, {summary.params:,} params</h2>"
-        f'<div class="note">{timing}. Counted by {html.escape(summary.front_end)}. Counting convention: {html.escape(profile.convention)}.</div>'
+        f'<div class="note">{timing}. Counted by {html.escape(summary.front_end)}{communication}. Counting convention: {html.escape(profile.convention)}.</div>'
         '<div class="bar"><label>metric <select class="metric">' + options + "</select></label>"
         '<label>view <select class="view"><option value="tree">module tree</option><option value="roofline">roofline</option></select></label>'
         '<span class="legend"><span class="legend-label"></span><span class="ramp"></span><span class="swatch"></span> not called / no value</span></div>'

@@ -23,7 +23,7 @@ from torch import nn
 from .counting import OpCount, Statistics, module_aliases, statistics_of
 from .dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from .errors import JitFallbackWarning, JitflopsError
-from .handles import ELEMENTWISE_FLOP_FORMULAS, ZERO_COST_OPS, Handle
+from .handles import COMMUNICATION_FORMULAS, ELEMENTWISE_FLOP_FORMULAS, ZERO_COST_OPS, Handle
 from .jit_fallback import USE_DISPATCH, fallback_reason, untraceable_reason
 from .model_guard import collector_paused
 from .model_io import ModelCall
@@ -38,9 +38,9 @@ T = TypeVar("T", bound="JitModelAnalysis")
 ANCESTOR_MODES = ("owner", "caller")
 BACKENDS = ("jit", "dispatch")
 
-_IGNORED_OPS: set[str] = set(ZERO_COST_OPS | ELEMENTWISE_FLOP_FORMULAS.kinds())
+_IGNORED_OPS: set[str] = set(ZERO_COST_OPS | ELEMENTWISE_FLOP_FORMULAS.kinds() | COMMUNICATION_FORMULAS.kinds())
 """Ops every new analysis ignores (counted as zero, never reported unsupported) unless a handle is set:
-data movement and elementwise work. Mutable, as fvcore's table of the same name."""
+data movement, elementwise work and collectives (:class:`~jitflops.CommunicationAnalysis` counts their bytes). Mutable, as fvcore's table of the same name."""
 
 _LATER_PHASES = (BACKWARD, RECOMPUTE)
 """The phases whose counts are keyed ``<phase>.<op>``; forward counts are keyed by the op alone."""

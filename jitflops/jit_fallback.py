@@ -21,8 +21,10 @@ from typing import Optional
 from torch import nn
 
 from .model_io import ModelCall
+from .process_groups import dtensor_class
 
 USE_DISPATCH = "use FlopCountAnalysis(..., backend='dispatch'), which records the ops as they run"
+
 
 def is_compiled(model: nn.Module) -> bool:
     try:
@@ -30,14 +32,6 @@ def is_compiled(model: nn.Module) -> bool:
     except ImportError:  # a torch without dynamo
         return False
     return isinstance(model, OptimizedModule)
-
-
-def _dtensor_class() -> Optional[type]:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # a torch built without distributed
-        return None
-    return DTensor
 
 
 def _fsdp2_module_class() -> Optional[type]:
@@ -63,7 +57,7 @@ def untraceable_reason(model: nn.Module, call: ModelCall) -> Optional[str]:
     otherwise. One pass over the modules (about 0.1 ms on MobileNetV2's 211)."""
     if is_compiled(model):
         return "the model is compiled with torch.compile, which the JIT tracer cannot follow"
-    fsdp, dtensor = _fsdp2_module_class(), _dtensor_class()
+    fsdp, dtensor = _fsdp2_module_class(), dtensor_class()
     for name, module in model.named_modules():
         if fsdp is not None and isinstance(module, fsdp):
             return f"the model is sharded by FSDP2 (fully_shard on {_where(name)}), whose hooks the JIT tracer cannot follow"

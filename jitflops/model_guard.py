@@ -37,6 +37,8 @@ import torch
 from torch import nn
 from torch.nn.parameter import UninitializedTensorMixin
 
+from .process_groups import local_tensor
+
 _MODULE_DICTS = (
     "_parameters",
     "_buffers",
@@ -222,8 +224,11 @@ class ModelSnapshot:
         # Batch norm's kernels and ``.data`` write without bumping the version: compare the values.
         # Copy only where they changed: a copy bumps the version, which would break a backward
         # pass that saved this tensor (the profiler counts inside a training step's forward).
-        if tensor._version != saved.version or not torch.equal(tensor, saved.value):
-            tensor.copy_(saved.value)
+        # A DTensor's values are its shard: compared here, where DTensor's own equal would all-reduce
+        # the answer (a collective some ranks would skip).
+        current, value = local_tensor(tensor), local_tensor(saved.value)
+        if tensor._version != saved.version or not torch.equal(current, value):
+            current.copy_(value)
         return True
 
 

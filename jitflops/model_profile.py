@@ -17,9 +17,11 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from .communication import CollectiveTotals
 from .hierarchy import ModuleProfile
 from .model_io import ModelCall
 from .op_table import OpRow
+from .process_groups import mesh_model_parallel_size
 from .timing import LatencyStats, Span, model_device
 
 CONVENTION = "macs: multiply-accumulates (1 fused multiply-add = 1 MAC); flops = 2 x macs + elementwise_flops"
@@ -89,6 +91,12 @@ class ProfileSummary:
     """The front end that recorded the ops: ``"jit"`` or ``"dispatch"``."""
     fallback_reason: Optional[str] = None
     """Why the dispatch backend counted where the JIT was asked to (None: it did not)."""
+    collectives: tuple[CollectiveTotals, ...] = ()
+    """The collectives the profiled calls ran, summed per collective (none in one process)."""
+
+    @property
+    def comm_bytes(self) -> int:
+        return sum(totals.bytes for totals in self.collectives)
 
     @property
     def front_end(self) -> str:
@@ -100,9 +108,10 @@ class ProfileSummary:
     @classmethod
     def of(cls, root: ModuleProfile, model: nn.Module, call: Optional[ModelCall], model_parallel_size: int, **measured: Any) -> "ProfileSummary":
         """The summary of a counted module tree; ``measured`` holds the latencies, backward MACs and
-        the other fields as keywords."""
+        the other fields as keywords. The model-parallel size, unless given, is read from the
+        device mesh of the model's DTensor parameters."""
         return cls(
-            parallel=measured.pop("parallel", None) or ParallelSizes.current(model_parallel_size),
+            parallel=measured.pop("parallel", None) or ParallelSizes.current(model_parallel_size if model_parallel_size != 1 else mesh_model_parallel_size(model) or 1),
             batch_size=measured.pop("batch_size", None) or (batch_size_of(call) if call else None),
             params=root.params,
             macs=root.macs,
@@ -167,11 +176,21 @@ class ProfileSummary:
         return self.batch_size * self.forwards / latency if self.batch_size and latency else None
 
     @property
+    def measured_work(self) -> Optional[tuple[float, float]]:
+        """The FLOPs and seconds MFU is measured over: the training step's (forward + backward) when
+        the backward was timed, the forward's otherwise (None: not timed)."""
+        if self.forward_backward_flops_per_second is not None:
+            return self.flops + self.backward_flops, self.forward.median + self.backward.median
+        if self.forward_flops_per_second is not None:
+            return self.flops, self.forward.median
+        return None
+
+    @property
     def mfu(self) -> Optional[float]:
         """Model FLOPs utilisation: achieved FLOP/s over the peak. Of the training step (forward +
         backward) when the backward was timed, of the forward otherwise."""
-        achieved = self.forward_backward_flops_per_second or self.forward_flops_per_second
-        return achieved / self.peak_flops if achieved is not None and self.peak_flops else None
+        work = self.measured_work
+        return work[0] / work[1] / self.peak_flops if work is not None and self.peak_flops else None
 
 
 @dataclass(frozen=True)
@@ -189,6 +208,27 @@ class ModelProfile:
     activation_analysis: Optional[Any] = None
     ranks: tuple["ModelProfile", ...] = ()
     """In a multi-process run: each rank's own profile (see ``distributed``)."""
+
+    @property
+    def slowest_rank(self) -> Optional[int]:
+        """In a multi-process run: the rank whose measured work took longest (None: not timed, or one process)."""
+        seconds = [rank.summary.measured_work for rank in self.ranks]
+        if not seconds or None in seconds:
+            return None
+        return max(range(len(seconds)), key=lambda index: seconds[index][1])
+
+    @property
+    def cluster_mfu(self) -> Optional[float]:
+        """The whole run's MFU: the ranks' FLOPs summed, over the slowest rank's time times the sum
+        of the ranks' peaks (every rank waits for the slowest). One process: :attr:`ProfileSummary.mfu`."""
+        if not self.ranks:
+            return self.summary.mfu
+        slowest = self.slowest_rank
+        peaks = [rank.summary.peak_flops for rank in self.ranks]
+        if slowest is None or not all(peaks):
+            return None
+        flops = sum(rank.summary.measured_work[0] for rank in self.ranks)
+        return flops / (self.ranks[slowest].summary.measured_work[1] * sum(peaks))
 
     def module_mfu(self, name: str) -> Optional[float]:
         """A module's MFU: its achieved FLOP/s over the summary's peak (None: not timed, or no peak)."""

@@ -1,7 +1,8 @@
 """The per-operator table: every op the forward ran, with its module, shapes, FLOPs, time and memory.
 
 Time, shapes and memory come from ``torch.profiler`` (CPU time on the CPU, device time on a GPU;
-the profiler's memory events, which follow the CUDA caching allocator on a GPU). Each module call
+the profiler's memory events, which follow the CUDA caching allocator on a GPU). Collectives are
+rows too, with their time. Each module call
 opens a profiler range, so every top-level op knows its module. FLOPs come from the JIT analysis:
 its op counts are matched to the profiled ops, module by module and in order, by op family (the
 trace may record ``aten::_convolution`` where the eager run records ``aten::conv2d``).
@@ -30,6 +31,8 @@ from .model_io import ModelCall
 from .timing import model_device
 
 MODULE_RANGE_PREFIX = "jitflops.module:"
+_OP_NAMESPACES = ("aten::", "c10d::", "_c10d_functional::")
+"""The profiler events that are ops: aten's, and collectives (timed with the rest, where the backend runs them on the CPU)."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,7 @@ def _profiled_pass(model: nn.Module, call: ModelCall, activities: list[ProfilerA
         delta = event.self_device_memory_usage if device.type == "cuda" else event.self_cpu_memory_usage
         if delta:
             memory_events.append((event.time_range.start if delta > 0 else event.time_range.end, delta))
-        if event.name.startswith("aten::"):
+        if event.name.startswith(_OP_NAMESPACES):
             module = _module_of(event)
             if module is not None:
                 ops.append((event, module))

@@ -11,8 +11,9 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 from torch import nn
 
 from .activation_count import ActivationCountAnalysis
+from .communication import communication_of
 from .dispatch_trace import BackwardFn
-from .distributed import gather_profile
+from .distributed import profile_on_every_rank
 from .flop_count import FlopCountAnalysis
 from .hierarchy import build_hierarchy
 from .jit_analysis import JitModelAnalysis, module_aliases
@@ -34,11 +35,15 @@ def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False, ba
     return flops, activations
 
 
-def measure_backward_macs(model: nn.Module, call: ModelCall, backward: Union[bool, BackwardFn] = True) -> tuple[int, int]:
-    """MACs of the backward pass from the model's output, and of the forward activation checkpointing
-    recomputed in it, counted by the dispatch backend."""
+def training_step_analysis(model: nn.Module, call: ModelCall, backward: Union[bool, BackwardFn] = True) -> FlopCountAnalysis:
+    """The forward and backward pass from the model's output, counted by the dispatch backend."""
     analysis = FlopCountAnalysis(model, call.args, call.kwargs, backend="dispatch", backward=backward)
-    phases = analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).by_phase()
+    return analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+
+
+def backward_macs_of(analysis: FlopCountAnalysis) -> tuple[int, int]:
+    """MACs of the backward pass, and of the forward activation checkpointing recomputed in it."""
+    phases = analysis.by_phase()
     return phases[BACKWARD], phases[RECOMPUTE]
 
 
@@ -68,25 +73,33 @@ def profile_model(
     the backward from the output), the backward pass's MACs are measured by the dispatch backend
     and reported beside the forward's. ``peak_flops`` (FLOP/s) is what MFU is measured against; by
     default the device's (:mod:`jitflops.peak_flops`: datasheets for GPUs, a GEMM probe on a CPU).
+    In a multi-process run every rank profiles its own share, and the profiles are gathered
+    (:mod:`jitflops.distributed`); a rank that fails is named on every rank.
     """
-    call = ModelCall.from_user(inputs, kwargs)
-    flops, activations = count_model(model, call, elementwise, backend)
-    names = module_aliases(model)
-    timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed else None
-    rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats)) if with_ops else ()
-    root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules)
-    backward_macs, recompute_macs = measure_backward_macs(model, call, backward) if backward else (None, None)
-    summary = ProfileSummary.of(
-        root, model, call, model_parallel_size,
-        forward=timing.forward if timing else None,
-        timing_overhead=timing.overhead if timing else None,
-        backward_macs=backward_macs,
-        recompute_macs=recompute_macs,
-        peak_flops=peak_flops if peak_flops is not None or not timed else model_peak_flops(model, call),
-        counted_by=flops.counted_by,
-        fallback_reason=flops.fallback_reason,
-    )
-    return gather_profile(ModelProfile(root, summary, profile_convention(elementwise), rows, timing.spans if timing else (), None, flops, activations))
+    def this_rank() -> ModelProfile:
+        call = ModelCall.from_user(inputs, kwargs)
+        flops, activations = count_model(model, call, elementwise, backend)
+        names = module_aliases(model)
+        timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed else None
+        rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats)) if with_ops else ()
+        step = training_step_analysis(model, call, backward) if backward else None
+        communication = communication_of(step or flops)  # the backward's collectives too, where it was recorded
+        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication)
+        backward_macs, recompute_macs = backward_macs_of(step) if step else (None, None)
+        summary = ProfileSummary.of(
+            root, model, call, model_parallel_size,
+            forward=timing.forward if timing else None,
+            timing_overhead=timing.overhead if timing else None,
+            backward_macs=backward_macs,
+            recompute_macs=recompute_macs,
+            peak_flops=peak_flops if peak_flops is not None or not timed else model_peak_flops(model, call),
+            counted_by=flops.counted_by,
+            fallback_reason=flops.fallback_reason,
+            collectives=tuple(communication.by_collective().values()) if communication else (),
+        )
+        return ModelProfile(root, summary, profile_convention(elementwise), rows, timing.spans if timing else (), None, flops, activations)
+
+    return profile_on_every_rank(this_rank)
 
 
 def profile_of_analysis(analysis: JitModelAnalysis) -> ModelProfile:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import (  # noqa: F401  importing each op family registers its formulas
     activations,
     attention,
+    collectives,
     convolution,
     decompositions,
     distances,
@@ -33,20 +34,24 @@ from .registry import (
     ShapeFormula,
     short_op_name,
 )
+from .collectives import COMMUNICATION_FORMULAS, Collective, collective_of
 from .shapes import get_shape
 from .zero_cost import ZERO_COST_OPS
 
 
 def known_op_kinds() -> frozenset[str]:
-    """Every op kind with a formula or on the zero-cost list."""
-    return FLOP_FORMULAS.kinds() | ELEMENTWISE_FLOP_FORMULAS.kinds() | ZERO_COST_OPS
+    """Every op kind with a formula or on the zero-cost list, collectives included."""
+    return FLOP_FORMULAS.kinds() | ELEMENTWISE_FLOP_FORMULAS.kinds() | ZERO_COST_OPS | COMMUNICATION_FORMULAS.kinds()
 
 
 __all__ = [
     "ACTIVATION_FORMULAS",
+    "COMMUNICATION_FORMULAS",
+    "Collective",
     "ELEMENTWISE_FLOP_FORMULAS",
     "FLOP_FORMULAS",
     "ZERO_COST_OPS",
+    "collective_of",
     "Count",
     "FormulaTable",
     "FvcoreHandle",

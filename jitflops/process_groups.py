@@ -1,0 +1,89 @@
+"""What jitflops reads of ``torch.distributed``: DTensor's class, and process groups as plain data.
+
+A collective's record names its process group as the op received it: a ``ProcessGroup`` boxed in a
+``ScriptObject`` (``c10d::`` ops) or a group name (functional collectives). Records keep what the
+formulas need of it, its size and name, read while the group exists.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class ProcessGroupMeta:
+    """The process group a collective ran over: how many ranks, and its name."""
+
+    size: int
+    name: str
+
+
+@functools.lru_cache(maxsize=None)
+def dtensor_class() -> Optional[type]:
+    """``torch.distributed.tensor.DTensor``, or None in a torch built without distributed."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        return None
+    return DTensor
+
+
+def is_dtensor(value: Any) -> bool:
+    dtensor = dtensor_class()
+    return dtensor is not None and isinstance(value, dtensor)
+
+
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's shard on this rank; any other tensor itself."""
+    return tensor._local_tensor if is_dtensor(tensor) else tensor
+
+
+def process_group_meta(value: Any) -> Any:
+    """A process group argument (boxed ``ProcessGroup``, ``ProcessGroup`` or group name) as a
+    :class:`ProcessGroupMeta`; any other value unchanged (a ``ReduceOp``, a name no group has)."""
+    if not torch.distributed.is_available():
+        return value
+    from torch.distributed import ProcessGroup
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    group: Optional[ProcessGroup] = None
+    if isinstance(value, ProcessGroup):
+        group = value
+    elif isinstance(value, torch.ScriptObject) and value._type().qualified_name().endswith("c10d.ProcessGroup"):
+        group = ProcessGroup.unbox(value)
+    elif isinstance(value, str):
+        try:
+            group = _resolve_process_group(value)
+        except (ValueError, RuntimeError, KeyError):
+            return value
+    return ProcessGroupMeta(group.size(), group.group_name) if group is not None else value
+
+
+DATA_PARALLEL_DIMS = frozenset({"dp", "dp_shard", "dp_replicate", "fsdp", "hsdp", "ddp", "data", "data_parallel", "replicate", "shard"})
+"""Device mesh dimension names that mean data parallelism (torchtitan's and the tutorials' names)."""
+
+
+def mesh_model_parallel_size(model: Any) -> Optional[int]:
+    """How many ranks share one copy of the model, from the device mesh of its DTensor parameters:
+    the product of the mesh's dimensions that are not data-parallel ones (by name: :data:`DATA_PARALLEL_DIMS`;
+    an unnamed one-dimensional mesh is data-parallel under FSDP2 and model-parallel otherwise).
+    None where no parameter is a DTensor."""
+    meshes = [parameter.device_mesh for parameter in model.parameters() if is_dtensor(parameter)]
+    if not meshes:
+        return None
+    mesh = max(meshes, key=lambda each: each.ndim)
+    names = mesh.mesh_dim_names
+    if names is None:
+        from torch.distributed.fsdp import FSDPModule
+
+        sharded_by_fsdp = any(isinstance(module, FSDPModule) for module in model.modules())
+        return 1 if sharded_by_fsdp and mesh.ndim == 1 else mesh.size()
+    model_parallel = 1
+    for index, name in enumerate(names):
+        if name not in DATA_PARALLEL_DIMS:
+            model_parallel *= mesh.size(index)
+    return model_parallel

@@ -1,0 +1,244 @@
+"""What each rank of the multi-process tests runs (``tests/test_sharded.py``): a model sharded by one
+of torch.distributed's engines, counted by jitflops and watched by torch's own ``CommDebugMode``.
+
+Each case returns plain figures (JSON) that the test, in the parent process, holds against hand
+counts. Every rank builds the same model from the same seed, so an unsharded copy is at hand.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import warnings
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from jitflops import CommunicationAnalysis, FlopCountAnalysis, FlopsProfiler, profile_model, record_collectives
+from jitflops.deepspeed_report import format_model_profile
+from jitflops.export import profile_to_dict
+
+BATCH, D_IN, D_HIDDEN = 8, 64, 256
+
+
+def mlp() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(D_IN, D_HIDDEN), nn.ReLU(), nn.Linear(D_HIDDEN, D_IN))
+
+
+def comm_debug_counts(run: Callable[[], Any]) -> dict[str, int]:
+    """``CommDebugMode``'s collective counts for one run, keyed by the op's short name."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    with CommDebugMode() as mode:
+        run()
+    return {str(op).rpartition(".")[2]: count for op, count in mode.get_comm_counts().items()}
+
+
+def collectives(analysis: CommunicationAnalysis) -> dict[str, list]:
+    return {key: [t.calls, t.bytes, t.bus_bytes, list(t.group_sizes)] for key, t in analysis.by_collective().items()}
+
+
+def state_of(model: nn.Module) -> dict[str, Any]:
+    """What a count must leave as it was: each parameter's class, local shard, placements and gradient."""
+    state = {}
+    for name, parameter in model.named_parameters():
+        local = getattr(parameter, "_local_tensor", parameter)
+        state[name] = [type(parameter).__name__, list(local.shape), str(getattr(parameter, "placements", None)), float(local.detach().double().sum()), parameter.grad is None]
+    return state
+
+
+def counted(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
+    """The default call's forward count, the dispatch backend's forward and backward, and the collectives."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        forward = FlopCountAnalysis(model, x).unsupported_ops_warnings(False)
+        step = FlopCountAnalysis(model, x, backend="dispatch", backward=True).unsupported_ops_warnings(False)
+        communication = CommunicationAnalysis(model, x, backend="dispatch", backward=True)
+        figures = {
+            "forward": forward.total(),
+            "counted_by": forward.counted_by,
+            "unsupported": sorted(forward.unsupported_ops()) + sorted(step.unsupported_ops()),
+            "phases": dict(step.by_phase()),
+            "collectives": collectives(communication),
+            "comm_by_module": {name: n for name, n in communication.by_module().items() if n},
+        }
+    figures["comm_debug"] = comm_debug_counts(lambda: model(x).float().sum().backward())
+    for parameter in model.parameters():
+        parameter.grad = None
+    return figures
+
+
+def tensor_parallel(rank: int, world: int) -> dict[str, Any]:
+    """The issue's MLP, Colwise then Rowwise; a LayerNorm before it, replicated (every rank runs it
+    whole) or sequence parallel (each rank its share of the tokens)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    figures: dict[str, Any] = {}
+
+    model = mlp()
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = torch.randn(BATCH, D_IN, requires_grad=True)
+    before = state_of(model)
+    figures["mlp"] = counted(model, x)
+    figures["mlp"]["state_kept"] = state_of(model) == before
+    profile = profile_model(model, x.detach(), repeats=2, peak_flops=1e12)
+    figures["mlp"]["profile"] = {
+        "gathered_macs": profile.root.macs,
+        "parallel": [profile.summary.parallel.world, profile.summary.parallel.data_parallel, profile.summary.parallel.model_parallel],
+        "collectives": [t.as_dict() for t in profile.summary.collectives],
+        "text": format_model_profile(profile, module_depth=0),
+        "json": profile_to_dict(profile)["summary"],
+        "ranks": len(profile.ranks),
+    }
+
+    def norm_then_mlp() -> nn.Sequential:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.LayerNorm(D_IN), *mlp())
+
+    unsharded = norm_then_mlp()
+    tokens = torch.randn(2, BATCH, D_IN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        figures["unsharded_norm_mlp"] = FlopCountAnalysis(unsharded, tokens).total()
+        figures["unsharded_norm"] = FlopCountAnalysis(unsharded[0], tokens).total()
+        # under sequence parallelism each rank's input is its shard of a sequence ``world`` times longer
+        figures["unsharded_sequence"] = FlopCountAnalysis(unsharded, torch.randn(2, BATCH * world, D_IN)).total()
+    replicated = norm_then_mlp()
+    parallelize_module(replicated, mesh, {"1": ColwiseParallel(), "3": RowwiseParallel()})
+    figures["replicated_norm"] = counted(replicated, tokens)
+    sequence = norm_then_mlp()
+    parallelize_module(
+        sequence, mesh,
+        {"0": SequenceParallel(), "1": ColwiseParallel(input_layouts=Shard(1)), "3": RowwiseParallel(output_layouts=Shard(1))},
+    )
+    figures["sequence_parallel"] = counted(sequence, tokens)
+    return figures
+
+
+def data_parallel(rank: int, world: int) -> dict[str, Any]:
+    """FSDP2 (``fully_shard`` per Linear and at the root) and DDP, each rank on its own batch."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (world,))
+    x = torch.randn(BATCH, D_IN)
+    fsdp = mlp()
+    for layer in (fsdp[0], fsdp[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(fsdp, mesh=mesh)
+    before = state_of(fsdp)
+    figures = {"fsdp2": counted(fsdp, x)}
+    figures["fsdp2"]["state_kept"] = state_of(fsdp) == before
+    profile = profile_model(fsdp, x, timed=False)
+    figures["fsdp2"]["parallel"] = [profile.summary.parallel.world, profile.summary.parallel.data_parallel, profile.summary.parallel.model_parallel]
+    ddp = nn.parallel.DistributedDataParallel(mlp())
+    ddp(x).sum().backward()  # DDP's first iteration also broadcasts and rebuilds its buckets
+    ddp.zero_grad(set_to_none=True)
+    figures["ddp"] = counted(ddp, x)
+    return figures
+
+
+class ExpertParallelMoE(nn.Module):
+    """Four experts, two per rank; token i goes to expert i mod 4 (so to rank (i mod 4) // 2), and
+    tokens are exchanged all-to-all there and back, as expert parallelism does."""
+
+    def __init__(self, world: int, d_model: int = 16, d_expert: int = 32) -> None:
+        super().__init__()
+        self.world = world
+        self.experts = nn.ModuleList(nn.Linear(d_model, d_expert, bias=False) for _ in range(4 // world))
+        self.d_expert = d_expert
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        from torch.distributed._functional_collectives import all_to_all_single_autograd
+
+        order = sorted(range(tokens.shape[0]), key=lambda i: (i % 4) // (4 // self.world))  # grouped by destination rank
+        sent = tokens[order]
+        split = [tokens.shape[0] // self.world] * self.world
+        received = all_to_all_single_autograd(sent, split, split, dist.group.WORLD)
+        per_expert = received.shape[0] // len(self.experts)
+        outputs = torch.cat([expert(received[i * per_expert:(i + 1) * per_expert]) for i, expert in enumerate(self.experts)])
+        return all_to_all_single_autograd(outputs, split, split, dist.group.WORLD)
+
+
+def expert_parallel(rank: int, world: int) -> dict[str, Any]:
+    torch.manual_seed(rank)
+    model = ExpertParallelMoE(world)
+    return {"moe": counted(model, torch.randn(BATCH, 16, requires_grad=True))}
+
+
+def pipeline(rank: int, world: int) -> dict[str, Any]:
+    """One stage per rank, GPipe over two micro-batches; the second step is measured."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    torch.manual_seed(rank)
+    stage_module = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
+    micro_batch = torch.randn(4, 32)
+    stage = PipelineStage(stage_module, rank, world, torch.device("cpu"), input_args=(micro_batch,), output_args=(micro_batch,), output_grads=(micro_batch,), input_grads=(micro_batch,))
+    schedule = ScheduleGPipe(stage, n_microbatches=2, loss_fn=lambda output, target: (output - target).pow(2).sum())
+
+    def step() -> None:
+        if rank == 0:
+            schedule.step(torch.randn(8, 32))
+        else:
+            schedule.step(target=torch.randn(8, 32))
+
+    step()
+    profiler = FlopsProfiler(stage_module)
+    profiler.start_profile()
+    with record_collectives() as log:
+        step()
+    profile = profiler.profile()
+    profiler.end_profile()
+    return {
+        "macs": profile.summary.macs,
+        "forwards": profile.summary.forwards,
+        "collectives": {key: [t.calls, t.bytes, t.seconds is not None and t.seconds > 0] for key, t in log.by_collective().items()},
+    }
+
+
+def faults(rank: int, world: int) -> dict[str, Any]:
+    """A rank whose profile raises, then a rank that does not profile at all."""
+    model = mlp()
+    errors = {}
+    x = torch.randn(BATCH, D_IN if rank == 0 else D_IN + 1)  # rank 1's input does not fit the model
+    try:
+        profile_model(model, x, timed=False)
+    except Exception as error:
+        errors["raises"] = f"{type(error).__name__}: {error}"
+    if rank == 0:
+        try:
+            profile_model(model, torch.randn(BATCH, D_IN), timed=False)
+        except Exception as error:
+            errors["absent"] = f"{type(error).__name__}: {error}"
+    errors["state_kept"] = all(p.grad is None for p in model.parameters())
+    return errors
+
+
+CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
+    "tensor_parallel": tensor_parallel,
+    "data_parallel": data_parallel,
+    "expert_parallel": expert_parallel,
+    "pipeline": pipeline,
+    "faults": faults,
+}
+
+
+def run_rank(rank: int, world: int, port: int, folder: str, case: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        figures = CASES[case](rank, world)
+        with open(f"{folder}/rank{rank}.json", "w") as stream:
+            json.dump(figures, stream)
+    finally:
+        dist.destroy_process_group()
+
+
+def first_line_matching(text: str, pattern: str) -> str:
+    return next(line for line in text.splitlines() if re.search(pattern, line))

@@ -1,0 +1,122 @@
+"""Sharded training, 2 and 4 gloo processes on the CPU: each rank counts its own work, collectives
+are counted as torch's ``CommDebugMode`` sees them, with hand-computed bytes, and the model's
+sharding is left as it was (each rank's code: ``tests/sharded_cases.py``)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch.multiprocessing as mp
+
+from sharded_cases import BATCH, D_HIDDEN, D_IN, run_rank
+from test_distributed import _free_port
+
+FLOAT = 4  # bytes
+MLP_MACS = BATCH * (D_IN * D_HIDDEN + D_HIDDEN * D_IN)
+
+
+def spawn(case: str, world: int, folder) -> list[dict]:
+    mp.spawn(run_rank, args=(world, _free_port(), str(folder), case), nprocs=world, join=True)
+    return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in range(world)]
+
+
+def all_reduce_bus(bytes_: int, n: int) -> float:
+    return bytes_ * 2 * (n - 1) / n
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_tensor_parallel_ranks_count_their_shards(tmp_path, world):
+    ranks = spawn("tensor_parallel", world, tmp_path)
+    for rank in ranks:
+        mlp = rank["mlp"]
+        assert mlp["counted_by"] == "dispatch" and mlp["unsupported"] == [] and mlp["state_kept"]
+        assert mlp["forward"] == MLP_MACS // world  # a Colwise and a Rowwise Linear: 1/n of each on each rank
+        # backward: input and weight gradients of both Linears (x requires grad), each a 1/n shard
+        assert mlp["phases"] == {"forward": MLP_MACS // world, "backward": 2 * MLP_MACS // world}
+        # Rowwise's output is all-reduced in the forward, Colwise's input gradient in the backward
+        assert mlp["collectives"] == {
+            "all_reduce": [1, BATCH * D_IN * FLOAT, all_reduce_bus(BATCH * D_IN * FLOAT, world), [world]],
+            "backward.all_reduce": [1, BATCH * D_IN * FLOAT, all_reduce_bus(BATCH * D_IN * FLOAT, world), [world]],
+        }
+        assert mlp["comm_debug"] == {"all_reduce": 2}
+        profile = mlp["profile"]
+        assert profile["gathered_macs"] == MLP_MACS and profile["ranks"] == world  # the cluster: the unsharded count
+        assert profile["parallel"] == [world, 1, world]  # model parallel over the whole (unnamed, 1-D) mesh
+        assert [c["collective"] for c in profile["collectives"]] == ["all_reduce"] and profile["collectives"][0]["bytes"] == BATCH * D_IN * FLOAT
+        assert re.search(rf"^comm per GPU: all_reduce: +1 calls, 2\.05 KB, bus [\d.]+ KB, group size {world}$", profile["text"], re.M)
+        assert re.search(rf"^model parallel size: +{world}$", profile["text"], re.M)
+        assert re.search(r"^cluster MFU = .*: +[\d.]+%$", profile["text"], re.M)
+        assert profile["json"]["collectives"][0]["calls"] == 1 and profile["json"]["slowest_rank"] in range(world)
+    if world == 2:
+        _holds_norm_redundancy(ranks, world)
+
+
+def _holds_norm_redundancy(ranks: list[dict], world: int) -> None:
+    """A LayerNorm without sequence parallelism runs whole on every rank: the cluster counts it
+    ``world`` times. Under sequence parallelism each rank normalises its tokens only."""
+    unsharded, norm = ranks[0]["unsharded_norm_mlp"], ranks[0]["unsharded_norm"]
+    assert norm > 0
+    replicated = sum(rank["replicated_norm"]["forward"] for rank in ranks)
+    assert replicated == unsharded + (world - 1) * norm
+    sequence = [rank["sequence_parallel"] for rank in ranks]
+    assert sum(rank["forward"] for rank in sequence) == ranks[0]["unsharded_sequence"]
+    tokens_bytes = 2 * BATCH * world * D_IN * FLOAT  # the whole sequence: (2, 8 x world, 64)
+    for rank in sequence:
+        assert rank["unsupported"] == []
+        # the sharded tokens are gathered before the Colwise Linear, the Rowwise output reduce-scattered
+        assert rank["collectives"]["all_gather"][:2] == [1, tokens_bytes]
+        assert rank["collectives"]["reduce_scatter"][:2] == [1, tokens_bytes]
+        assert rank["collectives"]["all_gather"][2] == tokens_bytes * (world - 1) / world
+        assert rank["comm_debug"] == {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 2}
+
+
+def test_fsdp2_and_ddp_ranks_count_their_batches_and_communication(tmp_path):
+    world = 2
+    for rank in spawn("data_parallel", world, tmp_path):
+        fsdp = rank["fsdp2"]
+        assert fsdp["counted_by"] == "dispatch" and fsdp["unsupported"] == [] and fsdp["state_kept"]
+        assert fsdp["forward"] == MLP_MACS  # every rank runs the whole model on its own batch
+        assert fsdp["phases"]["backward"] == 2 * MLP_MACS - BATCH * D_IN * D_HIDDEN  # no gradient for the input
+        first, second = (D_IN * D_HIDDEN + D_HIDDEN) * FLOAT, (D_HIDDEN * D_IN + D_IN) * FLOAT  # each Linear's flat parameters
+        assert fsdp["collectives"]["all_gather"][:2] == [2, first + second]  # gathered for the forward,
+        assert fsdp["collectives"]["backward.all_gather"][:2] == [2, first + second]  # again for the backward,
+        assert fsdp["collectives"]["backward.reduce_scatter"][:2] == [2, first + second]  # gradients reduce-scattered
+        assert fsdp["comm_debug"] == {"_allgather_base_": 4, "_reduce_scatter_base_": 2}
+        assert fsdp["parallel"] == [world, world, 1]
+        ddp = rank["ddp"]
+        assert ddp["counted_by"] == "jit" and ddp["forward"] == MLP_MACS
+        # one bucket: every gradient all-reduced once in the backward
+        assert ddp["collectives"]["backward.all_reduce"][:2] == [1, (first + second)]
+        assert ddp["comm_debug"] == {"allreduce_": 1}
+
+
+def test_expert_parallel_all_to_all(tmp_path):
+    world = 2
+    for rank in spawn("expert_parallel", world, tmp_path):
+        moe = rank["moe"]
+        # each rank's two experts see the 8 tokens sent to them, 4 each: 8 x 16 x 32 MACs
+        assert moe["forward"] == BATCH * 16 * 32 and moe["unsupported"] == []
+        assert moe["collectives"]["all_to_all"] == [2, BATCH * 16 * FLOAT + BATCH * 32 * FLOAT, (BATCH * 16 + BATCH * 32) * FLOAT / 2, [2]]
+        assert moe["collectives"]["backward.all_to_all"][:2] == [2, BATCH * 16 * FLOAT + BATCH * 32 * FLOAT]
+        assert moe["comm_debug"] == {"all_to_all_single": 4}
+
+
+def test_pipeline_stages_count_their_layers_per_micro_batch(tmp_path):
+    ranks = spawn("pipeline", 2, tmp_path)
+    activation = 4 * 32 * FLOAT  # one micro-batch's activation, or its gradient
+    for rank in ranks:
+        assert rank["forwards"] == 2  # one forward per micro-batch
+        assert rank["macs"] == 2 * 4 * (32 * 64 + 64 * 32)
+    assert ranks[0]["collectives"] == {"send": [2, 2 * activation, True], "recv": [2, 2 * activation, True]}
+    assert ranks[1]["collectives"] == {"recv": [2, 2 * activation, True], "send": [2, 2 * activation, True]}
+
+
+def test_a_failing_or_absent_rank_is_named_on_the_others(tmp_path, monkeypatch):
+    monkeypatch.setenv("JITFLOPS_RANK_TIMEOUT_S", "3")
+    ranks = spawn("faults", 2, tmp_path)
+    assert "rank 1 failed while profiling: TraceError" in ranks[0]["raises"] and "mat1 and mat2 shapes" in ranks[0]["raises"]
+    assert ranks[1]["raises"].startswith("TraceError")  # its own error
+    assert "not every rank came to jitflops' profile gather within 3 s" in ranks[0]["absent"] and "1" in ranks[0]["absent"]
+    assert ranks[0]["state_kept"] and ranks[1]["state_kept"]
