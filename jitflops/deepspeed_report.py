@@ -159,7 +159,7 @@ def _percent(part: float, whole: float) -> str:
     return f"{round(100 * part / whole, 2) if whole else 0:g}%"
 
 
-def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float]) -> list[str]:
+def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int) -> list[str]:
     total_latency = root.latency.median if root.latency else 0.0
 
     def describe(node: ModuleProfile) -> str:
@@ -200,6 +200,7 @@ def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float]) -> list[st
         "a parent's MACs (or latency) and the sum of its submodules'.",
         "2. Number of floating-point operations is a theoretical estimation, thus FLOPS computed using that could be "
         "larger than the maximum system throughput.",
+        *([f"3. Gathered over {ranks} ranks: params are this rank's, MACs and comm the sum over ranks, latency the median over ranks, MFU against the sum of their peaks."] if ranks else []),
         "",
         render(root),
     ]
@@ -216,6 +217,6 @@ def format_model_profile(
     lines = _summary_lines(profile.summary, profile.step, profile.convention) + _cluster_lines(profile)
     lines += ["", AGGREGATED_TITLE, format_aggregated_profile(profile.root, module_depth, top_modules)]
     if detailed:
-        lines += _detailed_lines(profile.root, profile.summary.peak_flops)
+        lines += _detailed_lines(profile.root, profile.tree_peak_flops, len(profile.ranks))
     lines.append(_END)
     return "\n".join(lines)

@@ -90,7 +90,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "slowest_rank": profile.slowest_rank,
             "cluster_mfu": profile.cluster_mfu,
         },
-        "modules": [_module_to_dict(node, node.mfu(summary.peak_flops)) for node in profile.root.walk()],
+        "modules": [_module_to_dict(node, node.mfu(profile.tree_peak_flops)) for node in profile.root.walk()],
         "ops": [row.as_dict() for row in profile.op_rows],
         "ranks": [profile_to_dict(rank) for rank in profile.ranks],
     }

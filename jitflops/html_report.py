@@ -220,7 +220,7 @@ def _page_data(profile: ModelProfile, root_id: str, memory_bandwidth: Optional[f
         "modules": document["modules"],
         "metrics": METRICS,
         "default_metric": "latency" if timed else "flops",
-        "peak_flops": profile.summary.peak_flops,
+        "peak_flops": profile.tree_peak_flops,
         "memory_bandwidth": memory_bandwidth,
     }
 

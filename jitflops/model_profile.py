@@ -230,9 +230,18 @@ class ModelProfile:
         flops = sum(rank.summary.measured_work[0] for rank in self.ranks)
         return flops / (self.ranks[slowest].summary.measured_work[1] * sum(peaks))
 
+    @property
+    def tree_peak_flops(self) -> Optional[float]:
+        """The peak FLOP/s the module tree's MFU is measured against: the summary's, or in a gathered
+        profile, whose tree sums the ranks' counts, the sum of the ranks' peaks."""
+        if not self.ranks:
+            return self.summary.peak_flops
+        peaks = [rank.summary.peak_flops for rank in self.ranks]
+        return sum(peaks) if all(peaks) else None
+
     def module_mfu(self, name: str) -> Optional[float]:
-        """A module's MFU: its achieved FLOP/s over the summary's peak (None: not timed, or no peak)."""
-        return self.root.find(name).mfu(self.summary.peak_flops)
+        """A module's MFU: its achieved FLOP/s over the tree's peak (None: not timed, or no peak)."""
+        return self.root.find(name).mfu(self.tree_peak_flops)
 
     def timing_note(self) -> Optional[str]:
         """How many runs the latencies are the median of, and a warning where their spread is larger

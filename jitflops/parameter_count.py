@@ -6,8 +6,8 @@ import typing
 from collections import defaultdict
 
 from torch import nn
-from torch.nn.parameter import UninitializedTensorMixin
 
+from .process_groups import compute_numels
 from .table import pipe_table
 
 
@@ -15,11 +15,11 @@ def parameter_count(model: nn.Module) -> typing.DefaultDict[str, int]:
     """Elements per parameter name and per module name; ``""`` is the whole model.
 
     Shared parameters are counted once, under their first name. A lazy module's parameters that
-    are not materialised yet have no size: they count 0.
+    are not materialised yet have no size: they count 0. A sharded model's parameters count what
+    this rank computes with: its tensor-parallel share (:func:`~jitflops.process_groups.compute_numels`).
     """
     counts: typing.DefaultDict[str, int] = defaultdict(int)
-    for name, parameter in model.named_parameters():
-        size = 0 if isinstance(parameter, UninitializedTensorMixin) else parameter.numel()
+    for name, size in compute_numels(model).items():
         parts = name.split(".")
         for depth in range(len(parts) + 1):
             counts[".".join(parts[:depth])] += size

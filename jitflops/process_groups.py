@@ -8,6 +8,7 @@ formulas need of it, its size and name, read while the group exists.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -67,23 +68,50 @@ DATA_PARALLEL_DIMS = frozenset({"dp", "dp_shard", "dp_replicate", "fsdp", "hsdp"
 """Device mesh dimension names that mean data parallelism (torchtitan's and the tutorials' names)."""
 
 
+def _model_parallel_dims(mesh: Any, sharded_by_fsdp: bool) -> list[int]:
+    """The dimensions of ``mesh`` that split the model (not the data): by name (:data:`DATA_PARALLEL_DIMS`);
+    an unnamed one-dimensional mesh is data-parallel under FSDP2 and model-parallel otherwise."""
+    names = mesh.mesh_dim_names
+    if names is None:
+        return [] if sharded_by_fsdp and mesh.ndim == 1 else list(range(mesh.ndim))
+    return [index for index, name in enumerate(names) if name not in DATA_PARALLEL_DIMS]
+
+
+def _is_sharded_by_fsdp(model: Any) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return any(isinstance(module, FSDPModule) for module in model.modules())
+
+
 def mesh_model_parallel_size(model: Any) -> Optional[int]:
     """How many ranks share one copy of the model, from the device mesh of its DTensor parameters:
-    the product of the mesh's dimensions that are not data-parallel ones (by name: :data:`DATA_PARALLEL_DIMS`;
-    an unnamed one-dimensional mesh is data-parallel under FSDP2 and model-parallel otherwise).
-    None where no parameter is a DTensor."""
+    the product of the mesh's model-parallel dimensions. None where no parameter is a DTensor."""
     meshes = [parameter.device_mesh for parameter in model.parameters() if is_dtensor(parameter)]
     if not meshes:
         return None
     mesh = max(meshes, key=lambda each: each.ndim)
-    names = mesh.mesh_dim_names
-    if names is None:
-        from torch.distributed.fsdp import FSDPModule
+    return math.prod(mesh.size(index) for index in _model_parallel_dims(mesh, _is_sharded_by_fsdp(model)))
 
-        sharded_by_fsdp = any(isinstance(module, FSDPModule) for module in model.modules())
-        return 1 if sharded_by_fsdp and mesh.ndim == 1 else mesh.size()
-    model_parallel = 1
-    for index, name in enumerate(names):
-        if name not in DATA_PARALLEL_DIMS:
-            model_parallel *= mesh.size(index)
-    return model_parallel
+
+def compute_numels(model: Any) -> dict[str, int]:
+    """The elements of each parameter this rank computes with: a DTensor's share along the mesh's
+    model-parallel dimensions (its data-parallel shards, FSDP's, are gathered for the compute);
+    a tensor's numel otherwise (0 for a lazy module's parameter that has no size yet)."""
+    from torch.nn.parameter import UninitializedTensorMixin
+
+    sharded_by_fsdp: Optional[bool] = None
+    numels = {}
+    for name, parameter in model.named_parameters():
+        if isinstance(parameter, UninitializedTensorMixin):
+            numels[name] = 0
+        elif not is_dtensor(parameter):
+            numels[name] = parameter.numel()
+            continue
+        if sharded_by_fsdp is None:
+            sharded_by_fsdp = _is_sharded_by_fsdp(model)
+        mesh = parameter.device_mesh
+        split = math.prod(
+            mesh.size(index) for index in _model_parallel_dims(mesh, sharded_by_fsdp) if parameter.placements[index].is_shard()
+        )
+        numels[name] = parameter.numel() // split
+    return numels

@@ -120,3 +120,43 @@ def test_a_failing_or_absent_rank_is_named_on_the_others(tmp_path, monkeypatch):
     assert ranks[1]["raises"].startswith("TraceError")  # its own error
     assert "not every rank came to jitflops' profile gather within 3 s" in ranks[0]["absent"] and "1" in ranks[0]["absent"]
     assert ranks[0]["state_kept"] and ranks[1]["state_kept"]
+
+
+def test_the_fsdp_by_tensor_parallel_llama_example_on_4_processes(tmp_path):
+    """The README's example: per-rank counts equal the hand count; the cluster's sum equals the
+    unsharded model on the whole batch plus the work tensor parallelism repeats on each of its
+    ranks (the norms and the output layer, which run whole)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
+    import sharded_llama as example
+    from jitflops import FlopCountAnalysis
+
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port", str(_free_port()),
+         "examples/sharded_llama.py", "--json", str(tmp_path / "llama.json")],
+        cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads((tmp_path / "llama.json").read_text())
+    per_rank = example.hand_count_per_rank(tensor_parallel=2)
+    assert [rank["summary"]["macs"] for rank in document["ranks"]] == [per_rank] * 4
+    summary = document["ranks"][0]["summary"]
+    assert [summary["world_size"], summary["data_parallel_size"], summary["model_parallel_size"]] == [4, 2, 2]  # from the ("dp", "tp") mesh
+    torch.manual_seed(0)
+    unsharded = example.Llama()
+    tokens = torch.randint(0, example.VOCAB, (2 * example.BATCH, example.SEQ))  # both data-parallel ranks' batches
+    whole = FlopCountAnalysis(unsharded, tokens)
+    repeated = sum(whole.total(name) for name in ("norm", "output", *(f"layers.{i}.{norm}" for i in range(example.LAYERS) for norm in ("attention_norm", "ffn_norm"))))
+    assert document["modules"][0]["macs"] == whole.total() + (2 - 1) * repeated  # tensor-parallel size 2: once more
+    collectives = {c["collective"]: c for c in summary["collectives"]}
+    assert set(collectives) == {"all_gather", "all_reduce", "backward.all_gather", "backward.all_reduce", "backward.reduce_scatter"}
+    assert collectives["all_reduce"]["calls"] == 2 * example.LAYERS  # each block's two Rowwise outputs
+    assert collectives["all_reduce"]["bytes"] == 2 * example.LAYERS * example.BATCH * example.SEQ * example.DIM * FLOAT
+    assert collectives["all_gather"]["calls"] == example.LAYERS + 1  # each block's parameters, and the root's
+    assert "comm per GPU: backward.reduce_scatter" in result.stdout and "cluster MFU" in result.stdout
+    assert f"hand count of one rank's forward MACs: {per_rank:,}" in result.stdout
