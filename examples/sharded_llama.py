@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -136,9 +137,10 @@ def rank_table(profile: ModelProfile) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3, help="training steps; the last one is profiled")
     parser.add_argument("--tp", type=int, default=2, help="tensor-parallel size (the data-parallel size is the rest)")
     parser.add_argument("--json", help="write the gathered profile here")
+    parser.add_argument("--no-profile", action="store_true", help="train without the profiler (tools/bench.py's baseline)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     try:
@@ -146,24 +148,32 @@ def main() -> None:
         model = sharded_llama(world // args.tp, args.tp)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         generator = torch.Generator().manual_seed(dist.get_rank())
-        profiler = FlopsProfiler(model, peak_flops=float(os.environ.get("PEAK_FLOPS", 1e11)))
+        profiler = None if args.no_profile else FlopsProfiler(model, peak_flops=float(os.environ.get("PEAK_FLOPS", 1e11)))
+        started = 0.0
         for step in range(args.steps):
+            if step == 1:  # the first step builds FSDP's buffers: the steps after it are timed
+                dist.barrier()
+                started = time.perf_counter()
             tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=generator)
-            if step == args.steps - 1:
+            if profiler is not None and step == args.steps - 1:
                 profiler.start_profile()
             logits = model(tokens[:, :-1])
             loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
-        profiler.print_model_profile(profile_step=args.steps - 1, module_depth=2)
-        profile = profiler.profile(args.steps - 1)
-        profiler.end_profile()
+        if profiler is not None:
+            profiler.print_model_profile(profile_step=args.steps - 1, module_depth=2)
+            profile = profiler.profile(args.steps - 1)
+            profiler.end_profile()
+            if is_writer():
+                print(rank_table(profile))
+                print(f"hand count of one rank's forward MACs: {hand_count_per_rank(args.tp):,}; loss {loss.item():.3f} (ln {VOCAB} = {math.log(VOCAB):.3f})")
+            if args.json:
+                write_json(profile, args.json)
+        dist.barrier()
         if is_writer():
-            print(rank_table(profile))
-            print(f"hand count of one rank's forward MACs: {hand_count_per_rank(args.tp):,}; loss {loss.item():.3f} (ln {VOCAB} = {math.log(VOCAB):.3f})")
-        if args.json:
-            write_json(profile, args.json)
+            print(f"seconds for steps 1 to {args.steps - 1}: {time.perf_counter() - started:.4f}")
     finally:
         dist.destroy_process_group()
 

@@ -8,7 +8,9 @@ counts. Every rank builds the same model from the same seed, so an unsharded cop
 from __future__ import annotations
 
 import copy
+import faulthandler
 import json
+import os
 import re
 import warnings
 from typing import Any, Callable
@@ -231,13 +233,20 @@ CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
 
 
 def run_rank(rank: int, world: int, port: int, folder: str, case: str) -> None:
+    faulthandler.enable(all_threads=True)  # a rank aborted by a C++ error shows where it was
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         figures = CASES[case](rank, world)
         with open(f"{folder}/rank{rank}.json", "w") as stream:
             json.dump(figures, stream)
-    finally:
+        dist.barrier()  # a pipeline's last sends complete before the process group goes
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    dist.destroy_process_group()
+    # Done: leave without running C++ static destructors, where gloo's send/recv threads
+    # sometimes abort a process at exit (seen with torch's pipelining under gloo)
+    os._exit(0)
 
 
 def first_line_matching(text: str, pattern: str) -> str:

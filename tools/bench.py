@@ -286,6 +286,26 @@ def timing_overhead(repeats: int) -> dict[str, float]:
     return {"with_hooks_s": timed.timed_forward.median, "without_hooks_s": timed.untimed_forward.median, "overhead": timed.overhead}
 
 
+def sharded_profiling_cost(steps: int = 101, alternations: int = 3) -> dict[str, float]:
+    """The README's FSDP2 x tensor-parallel example on 4 gloo processes: ``steps`` training steps
+    with the last one profiled by ``FlopsProfiler``, against the same steps without the profiler,
+    alternated in one run. The cost is the profiled run's extra time over the steps it covers."""
+    import re
+
+    seconds: dict[str, list[float]] = {"profiled": [], "plain": []}
+    for _ in range(alternations):
+        for variant, flags in (("profiled", []), ("plain", ["--no-profile"])):
+            result = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "examples/sharded_llama.py", "--steps", str(steps), *flags],
+                cwd=REPO, capture_output=True, text=True, timeout=600,
+            )
+            if result.returncode != 0:
+                raise RuntimeError(result.stderr[-800:])
+            seconds[variant].append(float(re.search(r"seconds for steps 1 to \d+: ([\d.]+)", result.stdout).group(1)))
+    profiled, plain = statistics.median(seconds["profiled"]), statistics.median(seconds["plain"])
+    return {"steps": steps - 1, "profiled_s": profiled, "plain_s": plain, "cost": profiled / plain - 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", default=DEFAULT_MODELS, choices=sorted(ZOO))
@@ -308,6 +328,7 @@ def main() -> None:
     big = llama_70b()
     growth = scaling(options.repeats)
     overhead = timing_overhead(max(options.repeats, 20))
+    sharded = sharded_profiling_cost()
 
     table = []
     for row in results:
@@ -335,8 +356,11 @@ def main() -> None:
     print(f"Doubling BERT layers 12 -> 24: analysis {growth['layers_12_s'] * 1e3:.0f} ms -> {growth['layers_24_s'] * 1e3:.0f} ms, ratio {growth['ratio']:.2f}")
     print(f"Timed pass on BERT-base (CPU): forward {overhead['without_hooks_s'] * 1e3:.1f} ms without hooks, "
           f"{overhead['with_hooks_s'] * 1e3:.1f} ms with, overhead {100 * overhead['overhead']:.1f}%")
+    print(f"FlopsProfiler on one step of {sharded['steps']} (FSDP2 x TP Llama, 4 gloo processes): {sharded['profiled_s']:.2f} s "
+          f"against {sharded['plain_s']:.2f} s without, cost {100 * sharded['cost']:.1f}%")
     document = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": options.repeats,
-                "models": results, "llama_1b_bf16": real_1b, "llama_70b_meta": big, "layer_scaling": growth, "timed_pass_overhead": overhead}
+                "models": results, "llama_1b_bf16": real_1b, "llama_70b_meta": big, "layer_scaling": growth, "timed_pass_overhead": overhead,
+                "sharded_profiling_cost": sharded}
     Path(options.json).write_text(json.dumps(document, indent=2))
     print(f"\nwritten: {options.json}", file=sys.stderr)
 
