@@ -263,12 +263,6 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                # what the body left in reference cycles goes now, as it would have: a collective's
-                # work object kept alive past the process group aborts the process at exit. The
-                # body's objects are all young (no collection ran to promote them): a collection of
-                # the youngest generation finds them (a full one walks the whole process, 0.3 s)
-                gc.collect(0)
 
 
 @contextmanager

@@ -198,6 +198,7 @@ def pipeline(rank: int, world: int) -> dict[str, Any]:
         step()
     profile = profiler.profile()
     profiler.end_profile()
+    dist.barrier()  # the last sends complete before the process group goes
     return {
         "macs": profile.summary.macs,
         "forwards": profile.summary.forwards,
@@ -239,7 +240,6 @@ def run_rank(rank: int, world: int, port: int, folder: str, case: str) -> None:
         figures = CASES[case](rank, world)
         with open(f"{folder}/rank{rank}.json", "w") as stream:
             json.dump(figures, stream)
-        dist.barrier()  # a pipeline's last sends complete before the process group goes
     except BaseException:
         dist.destroy_process_group()
         raise
