@@ -41,6 +41,7 @@ def test_the_set_up_block_is_what_ci_runs():
 @pytest.mark.parametrize("where, language, code", [block for block in BLOCKS if block not in SET_UP], ids=lambda value: value if "#" in str(value) else "")
 def test_every_block_runs(where, language, code, tmp_path):
     environment = {**os.environ, "TMPDIR": str(tmp_path), "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg"}
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # blocks run from the repository's root, as a reader does
     command = [sys.executable, "-c", code] if language == "python" else ["bash", "-euo", "pipefail", "-c", code]
     run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=environment)
     assert run.returncode == 0, f"{where} failed:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
