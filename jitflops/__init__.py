@@ -6,6 +6,7 @@ from .activation_count import ActivationCountAnalysis, activation_count
 from .jit_analysis import JitModelAnalysis
 from .communication import CollectiveTotals, CommunicationAnalysis
 from .collective_recorder import CollectiveLog, record_collectives
+from .integer_count import IntegerOpCountAnalysis
 from .errors import DataDependentTraceWarning, HandleError, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
 from .flop_count import FlopCountAnalysis, flop_count
 from .handles import Handle, ShapeFormula, get_shape
@@ -33,6 +34,7 @@ __all__ = [
     "FlopCountAnalysis",
     "FlopsProfiler",
     "FlopsProfilerConfig",
+    "IntegerOpCountAnalysis",
     "LatencyStats",
     "ModelProfile",
     "ModuleProfile",

@@ -57,6 +57,9 @@ def _decode(value: Any) -> Any:
             return TensorMeta(None, value.dtype)
         local = getattr(value, "_local_tensor", None)  # a DTensor: this rank works on its shard
         return TensorMeta(tuple((value if local is None else local).shape), value.dtype)
+    if isinstance(value, torch.ScriptObject) and value._has_method("unpack"):
+        weight = value.unpack()[0]  # a quantized layer's packed weights: the weight they hold
+        return TensorMeta(tuple(weight.shape), weight.dtype)
     if isinstance(value, (list, tuple)):
         return [_decode(item) for item in value]
     return value

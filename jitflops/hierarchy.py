@@ -17,6 +17,7 @@ from torch import nn
 
 from .activation_count import ActivationCountAnalysis
 from .communication import CommunicationAnalysis
+from .integer_count import IntegerOpCountAnalysis
 from .counting import module_aliases
 from .flop_count import FlopCountAnalysis
 from .handles import ELEMENTWISE_FLOP_FORMULAS, short_op_name
@@ -43,6 +44,8 @@ class ModuleProfile:
     children: list["ModuleProfile"] = field(default_factory=list)
     comm_bytes_by_collective: typing.Counter[str] = field(default_factory=Counter)
     """Bytes moved by the collectives this module ran (nccl-tests' sizes), per collective."""
+    int_macs_by_op: typing.Counter[str] = field(default_factory=Counter)
+    """Integer multiply-accumulates (IOPs) of quantized and integer products, apart from :attr:`macs_by_op`."""
 
     @property
     def macs(self) -> int:
@@ -55,6 +58,10 @@ class ModuleProfile:
     @property
     def comm_bytes(self) -> int:
         return sum(self.comm_bytes_by_collective.values())
+
+    @property
+    def int_macs(self) -> int:
+        return sum(self.int_macs_by_op.values())
 
     @property
     def flops(self) -> int:
@@ -114,6 +121,7 @@ def remove_module_types(root: ModuleProfile, model: nn.Module, ignored: Sequence
                     ancestor.macs_by_op = +(ancestor.macs_by_op - child.macs_by_op)
                     ancestor.elementwise_flops_by_op = +(ancestor.elementwise_flops_by_op - child.elementwise_flops_by_op)
                     ancestor.comm_bytes_by_collective = +(ancestor.comm_bytes_by_collective - child.comm_bytes_by_collective)
+                    ancestor.int_macs_by_op = +(ancestor.int_macs_by_op - child.int_macs_by_op)
                     ancestor.activations -= child.activations
                     ancestor.latency = _subtract(ancestor.latency, child.latency)
             else:
@@ -133,6 +141,7 @@ def build_hierarchy(
     latency: Optional[Mapping[str, LatencyStats]] = None,
     ignore_modules: Sequence[type] = (),
     communication: Optional[CommunicationAnalysis] = None,
+    integer: Optional[IntegerOpCountAnalysis] = None,
 ) -> ModuleProfile:
     """The model's module tree with counts, communication and latency (seconds per canonical module name) attached.
 
@@ -145,6 +154,7 @@ def build_hierarchy(
     macs = flops.by_module_and_operator() if flops is not None else {}
     acts = activations.by_module(emit_warnings=False) if activations is not None else Counter()
     comm = communication.by_module_and_operator() if communication is not None else {}
+    int_macs = integer.by_module_and_operator() if integer is not None else {}
     uncalled = flops.uncalled_modules(emit_warnings=False) if flops is not None else None
     latency = latency or {}
     elementwise_keys = {short_op_name(kind) for kind in ELEMENTWISE_FLOP_FORMULAS.kinds()}
@@ -162,6 +172,7 @@ def build_hierarchy(
             called=uncalled is not None and name not in uncalled,
             extra_repr=module.extra_repr(),
             comm_bytes_by_collective=+Counter(comm.get(name, {})),
+            int_macs_by_op=+Counter(int_macs.get(name, {})),
         )
         for key, child in module.named_children():
             child_name = f"{name}.{key}" if name else key
@@ -202,6 +213,7 @@ def combined_trees(
             elementwise_flops_by_op=_weighted_sum((other.elementwise_flops_by_op, weight) for other, weight in same),
             activations=sum(other.activations * weight for other, weight in same),
             comm_bytes_by_collective=_weighted_sum((other.comm_bytes_by_collective, weight) for other, weight in same),
+            int_macs_by_op=_weighted_sum((other.int_macs_by_op, weight) for other, weight in same),
             called=any(other.called for other, _ in same),
             latency=latency_of(node.name, [other.latency for other, _ in same]) or _sum_of_children(children),
             children=children,

@@ -19,11 +19,12 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 from torch import nn
+from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from .counting import OpCount, Statistics, module_aliases, statistics_of
 from .dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from .errors import JitFallbackWarning, JitflopsError
-from .handles import COMMUNICATION_FORMULAS, ELEMENTWISE_FLOP_FORMULAS, ZERO_COST_OPS, Handle
+from .handles import COMMUNICATION_FORMULAS, ELEMENTWISE_FLOP_FORMULAS, INTEGER_MAC_FORMULAS, ZERO_COST_OPS, Handle
 from .jit_fallback import USE_DISPATCH, fallback_reason, untraceable_reason
 from .model_guard import collector_paused
 from .model_io import ModelCall
@@ -38,14 +39,17 @@ T = TypeVar("T", bound="JitModelAnalysis")
 ANCESTOR_MODES = ("owner", "caller")
 BACKENDS = ("jit", "dispatch")
 
-_IGNORED_OPS: set[str] = set(ZERO_COST_OPS | ELEMENTWISE_FLOP_FORMULAS.kinds() | COMMUNICATION_FORMULAS.kinds())
+_IGNORED_OPS: set[str] = set(ZERO_COST_OPS | ELEMENTWISE_FLOP_FORMULAS.kinds() | COMMUNICATION_FORMULAS.kinds() | INTEGER_MAC_FORMULAS.kinds())
 """Ops every new analysis ignores (counted as zero, never reported unsupported) unless a handle is set:
-data movement, elementwise work and collectives (:class:`~jitflops.CommunicationAnalysis` counts their bytes). Mutable, as fvcore's table of the same name."""
+data movement, elementwise work, collectives (:class:`~jitflops.CommunicationAnalysis` counts their
+bytes) and integer products (:class:`~jitflops.IntegerOpCountAnalysis` counts their MACs). Mutable, as fvcore's table of the same name."""
 
 _LATER_PHASES = (BACKWARD, RECOMPUTE)
 """The phases whose counts are keyed ``<phase>.<op>``; forward counts are keyed by the op alone."""
 
-_CONTAINER_FORWARDS = tuple(cls.forward for cls in (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity))
+_CONTAINER_FORWARDS = tuple(cls.forward for cls in (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity, LinearPackedParams))
+"""Forwards that are never meant to run: containers', and a quantized Linear's packed weights' (its
+Linear reads them without calling the module)."""
 
 
 class JitModelAnalysis:

@@ -91,6 +91,8 @@ class ProfileSummary:
     """The front end that recorded the ops: ``"jit"`` or ``"dispatch"``."""
     fallback_reason: Optional[str] = None
     """Why the dispatch backend counted where the JIT was asked to (None: it did not)."""
+    int_macs: int = 0
+    """Integer multiply-accumulates (IOPs) of quantized and integer products, apart from :attr:`macs`."""
     collectives: tuple[CollectiveTotals, ...] = ()
     """The collectives the profiled calls ran, summed per collective (none in one process)."""
 
@@ -116,6 +118,7 @@ class ProfileSummary:
             params=root.params,
             macs=root.macs,
             flops=root.flops,
+            int_macs=root.int_macs,
             device=str(model_device(model, call)) if call else "cpu",
             element_bytes=next((p.dtype.itemsize for p in model.parameters() if p.dtype.is_floating_point), 4),
             **measured,

@@ -12,6 +12,7 @@ from torch import nn
 
 from .activation_count import ActivationCountAnalysis
 from .communication import communication_of
+from .integer_count import IntegerOpCountAnalysis
 from .dispatch_trace import BackwardFn
 from .distributed import profile_on_every_rank
 from .flop_count import FlopCountAnalysis
@@ -33,6 +34,12 @@ def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False, ba
     flops.tracer_warnings("none").uncalled_modules_warnings(False)
     activations = ActivationCountAnalysis(model, call.args, call.kwargs, backend=backend).share_trace(flops)
     return flops, activations
+
+
+def integer_ops_of(flops: FlopCountAnalysis) -> IntegerOpCountAnalysis:
+    """The integer MACs of the call ``flops`` recorded, from its recording."""
+    integer = IntegerOpCountAnalysis(flops._model, flops._inputs, flops._kwargs, **flops._front_end_settings()).share_trace(flops)
+    return integer.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
 
 
 def training_step_analysis(model: nn.Module, call: ModelCall, backward: Union[bool, BackwardFn] = True) -> FlopCountAnalysis:
@@ -84,7 +91,7 @@ def profile_model(
         rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats)) if with_ops else ()
         step = training_step_analysis(model, call, backward) if backward else None
         communication = communication_of(step or flops)  # the backward's collectives too, where it was recorded
-        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication)
+        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication, integer_ops_of(flops))
         backward_macs, recompute_macs = backward_macs_of(step) if step else (None, None)
         summary = ProfileSummary.of(
             root, model, call, model_parallel_size,

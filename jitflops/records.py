@@ -98,6 +98,11 @@ class OpRecord:
         value = self.arg(name)
         return None if value is None else self._require_shape(value, f"argument {name!r}")
 
+    def input_shape(self, index: int) -> tuple[int, ...]:
+        """The shape of the tensor argument at ``index`` (for ops whose arguments are read by place:
+        their overloads name them differently)."""
+        return self._require_shape(self.input(index), f"argument {index}")
+
     def operand_shape(self) -> tuple[int, ...]:
         """The shape of the first argument: ``self`` or ``input`` depending on the overload."""
         return self._require_shape(self.input(0), "first argument")

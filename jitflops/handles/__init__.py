@@ -17,6 +17,7 @@ from . import (  # noqa: F401  importing each op family registers its formulas
     einsum,
     elementwise,
     fused_layers,
+    integer,
     linear_algebra,
     normalization,
     recurrent,
@@ -35,13 +36,14 @@ from .registry import (
     short_op_name,
 )
 from .collectives import COMMUNICATION_FORMULAS, Collective, collective_of
+from .integer import INTEGER_MAC_FORMULAS
 from .shapes import get_shape
 from .zero_cost import ZERO_COST_OPS
 
 
 def known_op_kinds() -> frozenset[str]:
     """Every op kind with a formula or on the zero-cost list, collectives included."""
-    return FLOP_FORMULAS.kinds() | ELEMENTWISE_FLOP_FORMULAS.kinds() | ZERO_COST_OPS | COMMUNICATION_FORMULAS.kinds()
+    return FLOP_FORMULAS.kinds() | ELEMENTWISE_FLOP_FORMULAS.kinds() | ZERO_COST_OPS | COMMUNICATION_FORMULAS.kinds() | INTEGER_MAC_FORMULAS.kinds()
 
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "Count",
     "FormulaTable",
     "FvcoreHandle",
+    "INTEGER_MAC_FORMULAS",
     "Handle",
     "ShapeFormula",
     "get_shape",

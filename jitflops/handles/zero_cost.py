@@ -64,4 +64,7 @@ ZERO_COST_OPS: frozenset[str] = _aten(
     # FSDP2's copies into and out of its all-gather buffers, and DTensor's hand-over of a collective's result
     "fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat",
     "_c10d_functional::_wrap_tensor_autograd", "_c10d_functional::wait_tensor",
+    # quantized models' casts between float and integer tensors (their products: handles/integer.py)
+    "aten::quantize_per_tensor", "aten::quantize_per_channel", "aten::quantize_per_tensor_dynamic", "aten::dequantize",
+    "aten::q_scale", "aten::q_zero_point", "aten::int_repr", "aten::_make_per_tensor_quantized_tensor",
 })
