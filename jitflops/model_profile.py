@@ -195,6 +195,22 @@ class ProfileSummary:
         work = self.measured_work
         return work[0] / work[1] / self.peak_flops if work is not None and self.peak_flops else None
 
+    @property
+    def recompute_flops(self) -> int:
+        """FLOPs of the forward activation checkpointing ran again in the timed backward (0: none
+        measured, or the backward was not timed)."""
+        return 2 * self.recompute_macs if self.recompute_macs and self.backward is not None else 0
+
+    @property
+    def hfu(self) -> Optional[float]:
+        """Hardware FLOPs utilisation (the PaLM paper's): the FLOPs the hardware ran, the recomputed
+        forward included, over the same time and peak as :attr:`mfu`, which counts the model's
+        FLOPs only. Equal to the MFU where nothing was recomputed."""
+        work = self.measured_work
+        if work is None or not self.peak_flops:
+            return None
+        return (work[0] + self.recompute_flops) / work[1] / self.peak_flops
+
 
 @dataclass(frozen=True)
 class ModelProfile:

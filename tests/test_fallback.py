@@ -250,3 +250,23 @@ def test_the_command_line_counts_a_model_the_jit_cannot_trace(tmp_path):
     summary = json.loads(run.stdout)["summary"]
     assert summary["macs"] == MLP_MACS and summary["counted_by"] == "dispatch" and "torch.compile" in summary["fallback_reason"]
     assert "JitFallbackWarning" in run.stderr
+
+
+def test_model_and_hardware_flops_utilisation_of_a_checkpointed_training_step():
+    """MFU counts the model's FLOPs; HFU adds the forward the checkpoint ran again (PaLM's
+    definitions), over the same measured time and peak."""
+    model, x = _Checkpointed(True), torch.randn(4, 8)
+    profiler = FlopsProfiler(model, peak_flops=1e12)
+    profiler.start_profile()
+    model(x).sum().backward()
+    profile = profiler.profile()
+    profiler.end_profile()
+    summary = profile.summary
+    forward = 4 * (8 * 16 + 16 * 32 + 32 * 16 + 16 * 4)
+    recompute = 4 * (16 * 32 + 32 * 16)  # the reentrant checkpoint runs the whole block again
+    assert summary.backward is not None and summary.recompute_macs == recompute and summary.recompute_flops == 2 * recompute
+    model_flops = 2 * forward + summary.backward_flops
+    assert summary.hfu / summary.mfu == pytest.approx((model_flops + 2 * recompute) / model_flops)
+    text = format_model_profile(profile)
+    assert "HFU = (flops + recomputed flops) / latency / peak FLOPS per GPU:" in text
+    assert profile_to_dict(profile)["summary"]["hfu"] == pytest.approx(summary.hfu)
