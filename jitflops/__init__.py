@@ -7,6 +7,7 @@ from .jit_analysis import JitModelAnalysis
 from .communication import CollectiveTotals, CommunicationAnalysis
 from .collective_recorder import CollectiveLog, record_collectives
 from .integer_count import IntegerOpCountAnalysis
+from .generation import GenerationCount, StepCount, count_generation
 from .errors import DataDependentTraceWarning, HandleError, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
 from .flop_count import FlopCountAnalysis, flop_count
 from .handles import Handle, ShapeFormula, get_shape
@@ -34,14 +35,17 @@ __all__ = [
     "FlopCountAnalysis",
     "FlopsProfiler",
     "FlopsProfilerConfig",
+    "GenerationCount",
     "IntegerOpCountAnalysis",
     "LatencyStats",
     "ModelProfile",
     "ModuleProfile",
     "OpRow",
     "ProfileSummary",
+    "StepCount",
     "TimedPass",
     "build_hierarchy",
+    "count_generation",
     "format_model_profile",
     "get_model_profile",
     "get_module_duration",

@@ -48,6 +48,22 @@ def _communication_lines(summary: ProfileSummary) -> list[str]:
     ]
 
 
+def _generation_lines(profile: ModelProfile) -> list[str]:
+    """A generate() profile's prefill and decode steps apart."""
+    generation = profile.generation
+    if generation is None:
+        return []
+    lines = [_line(f"prefill MACs ({generation.prefill.tokens} tokens)", deepspeed_macs(generation.prefill.macs))]
+    lines += [
+        _line(f"decode step {index} MACs (1 token over {step.positions} positions)", deepspeed_macs(step.macs))
+        for index, step in enumerate(generation.decode, 1)
+    ]
+    lines.append(_line("MACs per generated token (prefill included)", deepspeed_macs(generation.macs_per_generated_token)))
+    if generation.decode:
+        lines.append(_line("KV cache share of the decode MACs (attention over the cache)", f"{100 * generation.kv_cache_share:.2f}%"))
+    return lines
+
+
 def _cluster_lines(profile: ModelProfile) -> list[str]:
     """The run's figures over its ranks: the slowest rank and the cluster's MFU."""
     slowest = profile.slowest_rank
@@ -217,7 +233,7 @@ def format_model_profile(
 ) -> str:
     """The profile as DeepSpeed prints it; ``module_depth`` (-1: all) and ``top_modules`` choose
     the aggregated profile's depths and modules, as there; the detailed tree is the whole model."""
-    lines = _summary_lines(profile.summary, profile.step, profile.convention) + _cluster_lines(profile)
+    lines = _summary_lines(profile.summary, profile.step, profile.convention) + _generation_lines(profile) + _cluster_lines(profile)
     lines += ["", AGGREGATED_TITLE, format_aggregated_profile(profile.root, module_depth, top_modules)]
     if detailed:
         lines += _detailed_lines(profile.root, profile.tree_peak_flops, len(profile.ranks))

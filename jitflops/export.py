@@ -15,6 +15,7 @@ rank).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from typing import Any, Optional
@@ -97,6 +98,11 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
         "modules": [_module_to_dict(node, node.mfu(profile.tree_peak_flops)) for node in profile.root.walk()],
         "ops": [row.as_dict() for row in profile.op_rows],
         "ranks": [profile_to_dict(rank) for rank in profile.ranks],
+        "generation": None if profile.generation is None else {
+            "steps": [dataclasses.asdict(step) for step in profile.generation.steps],
+            "macs_per_generated_token": profile.generation.macs_per_generated_token,
+            "kv_cache_share": profile.generation.kv_cache_share,
+        },
     }
 
 

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .communication import CollectiveTotals
+from .generation import GenerationCount
 from .hierarchy import ModuleProfile
 from .model_io import ModelCall
 from .op_table import OpRow
@@ -227,6 +228,8 @@ class ModelProfile:
     activation_analysis: Optional[Any] = None
     ranks: tuple["ModelProfile", ...] = ()
     """In a multi-process run: each rank's own profile (see ``distributed``)."""
+    generation: Optional[GenerationCount] = None
+    """A ``generate()`` profile's forwards one by one: the prefill and each decode step."""
 
     @property
     def slowest_rank(self) -> Optional[int]:

@@ -3,6 +3,7 @@ after), or a ``generate()`` call with ``mode="generate"``; DeepSpeed's numbers a
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -12,6 +13,7 @@ from torch import nn
 from .deepspeed_report import format_model_profile
 from .distributed import is_writer
 from .file_output import write_text
+from .generation import count_generation
 from .flops_profiler import FlopsProfiler
 from .formatting import deepspeed_macs, deepspeed_number, deepspeed_params
 from .model_profile import ModelProfile
@@ -99,9 +101,10 @@ def _profile_generation(model: nn.Module, args: tuple, kwargs: dict, warm_up: in
         profiler.start_profile(ignore_modules)
         with torch.no_grad():
             generate(*args, **kwargs)
-        return profiler.profile(step=warm_up)
+        profile = profiler.profile(step=warm_up)
     finally:
         profiler.end_profile()
+    return dataclasses.replace(profile, generation=count_generation(model, *args, **kwargs))
 
 
 __all__ = ["evaluating", "get_model_profile"]

@@ -1,0 +1,75 @@
+"""``generate()`` counted step by step: the prefill and each decode step, against hand counts for a
+tiny GPT-2 and a Llama with grouped-query attention."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from jitflops import count_generation
+
+transformers = pytest.importorskip("transformers")
+
+PROMPT, NEW = 6, 3
+
+
+def _generate(model):
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (1, PROMPT))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return count_generation(model.eval(), input_ids=ids, max_new_tokens=NEW, do_sample=False, pad_token_id=0)
+
+
+def _attention(layers: int, query_heads: int, head_dim: int, queries: int, positions: int) -> int:
+    return layers * query_heads * queries * positions * 2 * head_dim  # q @ k^T and weights @ v
+
+
+def test_gpt2_prefill_and_decode_steps():
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=64)
+    count = _generate(transformers.GPT2LMHeadModel(config))
+    per_token = 2 * (32 * 96 + 32 * 32 + 32 * 128 + 128 * 32)  # c_attn, c_proj, the MLP, in both layers
+    norms = 5 * 32 * 5  # fvcore's 5 per element; 2 layer norms per layer and the final one
+    logits = 32 * 100  # generate asks for the last position's logits only
+    assert [(step.tokens, step.positions) for step in count.steps] == [(6, 6), (1, 7), (1, 8)]
+    assert count.prefill.macs == PROMPT * (per_token + norms) + _attention(2, 2, 16, 6, 6) + logits
+    for step in count.decode:
+        assert step.macs == per_token + norms + _attention(2, 2, 16, 1, step.positions) + logits
+        assert step.attention_macs == _attention(2, 2, 16, 1, step.positions)
+    assert count.generated_tokens == NEW and count.macs_per_generated_token == count.macs / NEW
+    assert count.kv_cache_share == pytest.approx(sum(_attention(2, 2, 16, 1, p) for p in (7, 8)) / count.decode_macs)
+
+
+def test_llama_with_grouped_query_attention():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100)
+    count = _generate(transformers.LlamaForCausalLM(config))
+    # q and o: 64 x 64; k and v: 64 x 32 (2 of the 4 heads' width); the gated MLP: 3 x 64 x 128
+    per_token = 2 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128)
+    logits = 64 * 100
+    # Llama's RMS norms and rotary embeddings are elementwise (0 by default); each of the 4 query
+    # heads attends over every position, whichever key head it shares
+    assert count.prefill.macs == PROMPT * per_token + _attention(2, 4, 16, 6, 6) + logits
+    assert [step.macs for step in count.decode] == [per_token + _attention(2, 4, 16, 1, p) + logits for p in (7, 8)]
+    assert count.decode_macs_per_token == (count.decode[0].macs + count.decode[1].macs) / 2
+
+
+def test_get_model_profile_in_generate_mode_shows_prefill_and_decode_steps(capsys):
+    from jitflops import get_model_profile
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=64)).eval()
+    ids = torch.randint(0, 100, (1, PROMPT))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flops, macs, _ = get_model_profile(model, kwargs=dict(input_ids=ids, max_new_tokens=NEW, do_sample=False, pad_token_id=0),
+                                           mode="generate", warm_up=0, as_string=False)
+    out = capsys.readouterr().out
+    count = _generate(model)
+    assert macs == count.macs  # every forward of the generation, as the steps add up
+    assert "prefill MACs (6 tokens):" in out and "decode step 2 MACs (1 token over 8 positions):" in out
+    assert "KV cache share of the decode MACs" in out
