@@ -34,8 +34,9 @@ def dtensor_class() -> Optional[type]:
 
 
 def is_dtensor(value: Any) -> bool:
+    """By class: a lazy module's uninitialised parameter answers ``isinstance`` with any tensor class."""
     dtensor = dtensor_class()
-    return dtensor is not None and isinstance(value, dtensor)
+    return dtensor is not None and issubclass(type(value), dtensor)
 
 
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
@@ -104,7 +105,8 @@ def compute_numels(model: Any) -> dict[str, int]:
     for name, parameter in model.named_parameters():
         if isinstance(parameter, UninitializedTensorMixin):
             numels[name] = 0
-        elif not is_dtensor(parameter):
+            continue
+        if not is_dtensor(parameter):
             numels[name] = parameter.numel()
             continue
         if sharded_by_fsdp is None:
