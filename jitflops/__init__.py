@@ -8,6 +8,7 @@ from .communication import CollectiveTotals, CommunicationAnalysis
 from .collective_recorder import CollectiveLog, record_collectives
 from .integer_count import IntegerOpCountAnalysis
 from .generation import GenerationCount, StepCount, count_generation
+from .per_token import LanguageModelSizes, analytic_flops_per_token, flops_per_token
 from .errors import DataDependentTraceWarning, HandleError, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
 from .flop_count import FlopCountAnalysis, flop_count
 from .handles import Handle, ShapeFormula, get_shape
@@ -65,6 +66,9 @@ __all__ = [
     "HandleError",
     "JitFallbackWarning",
     "JitModelAnalysis",
+    "LanguageModelSizes",
+    "analytic_flops_per_token",
+    "flops_per_token",
     "JitflopsError",
     "OpShapeError",
     "ShapeFormula",
