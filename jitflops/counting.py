@@ -17,6 +17,7 @@ from numbers import Number, Real
 from types import MappingProxyType
 from typing import Any, NamedTuple, Optional
 
+import torch
 from torch import nn
 
 from .errors import HandleError, JitflopsError
@@ -93,6 +94,8 @@ def _is_count(value: Any) -> bool:
 def _validated(kind: str, scope: str, handle: Handle, result: Any) -> typing.Counter[str]:
     """A handle's result as a Counter of counts, or a ``HandleError`` naming the op and the module."""
     if type(result) is int and result >= 0:  # what formulas return: checked first, it is checked once per op
+        return as_counter(kind, handle, result)
+    if isinstance(result, torch.SymInt):  # a count in symbolic sizes (jitflops.symbolic_counts)
         return as_counter(kind, handle, result)
     if isinstance(result, Number) and not isinstance(result, bool):
         counts = as_counter(kind, handle, result)

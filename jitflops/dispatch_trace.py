@@ -251,10 +251,10 @@ class _OpRecorder(TorchDispatchMode):
     A DTensor op is left to DTensor (``NotImplemented``, as ``CommDebugMode`` does), which runs it
     on its local shards and redistributes with collectives: those come back here and are recorded,
     so a sharded model is counted per rank. What DTensor runs on fake tensors to propagate
-    shardings is not work, and is not recorded.
+    shardings is not work, and is not recorded (unless the model itself runs on fake tensors).
     """
 
-    def __init__(self, tracker: _ScopeTracker, module_names: Mapping[str, str], before_write: Callable[[torch.Tensor], None]) -> None:
+    def __init__(self, tracker: _ScopeTracker, module_names: Mapping[str, str], before_write: Callable[[torch.Tensor], None], fake_ops_are_work: bool = False) -> None:
         super().__init__()
         self.tracker = tracker
         self.module_names = module_names
@@ -265,6 +265,9 @@ class _OpRecorder(TorchDispatchMode):
         """Each op with its full scope path (``"/a/a.b"``); the record's own scope is the innermost module."""
         self.inside_function_level_op = 0
         self.inside_fake_op = 0
+        self.fake_ops_are_work = fake_ops_are_work
+        """Whether ops on fake tensors are the model's (it runs on them: a count in symbolic sizes),
+        not DTensor's sharding propagation."""
         self.ran_collectives = False
         self._scope_cache: dict[frozenset[str], str] = {}
         self._last_scope: tuple[frozenset[str], str] = (frozenset(), "")
@@ -293,7 +296,7 @@ class _OpRecorder(TorchDispatchMode):
             return NotImplemented
         if isinstance(func, torch._ops.HigherOrderOperator):  # no schema, not an op of its own (DTensor's RNG wrapper)
             return func(*args, **kwargs)
-        if types and any(issubclass(t, FakeTensor) for t in types):
+        if not self.fake_ops_are_work and types and any(issubclass(t, FakeTensor) for t in types):
             self.inside_fake_op += 1
             try:
                 return func(*args, **kwargs)
@@ -378,8 +381,11 @@ def record_with_dispatch(
     call: ModelCall,
     aliases: Mapping[Any, str],
     backward: Optional[BackwardFn] = None,
+    fake_inputs: bool = False,
 ) -> DispatchTrace:
     """Run ``model`` on ``call`` eagerly under a dispatch mode (and ``backward`` on its output).
+    ``fake_inputs``: the call's tensors are fake (sizes in symbols, :mod:`jitflops.symbolic_counts`),
+    so the model's ops run on fake tensors and are recorded.
 
     The model comes back unchanged, gradients included: the backward runs on fresh ``.grad``
     fields, and every parameter's and input's ``.grad`` is put back afterwards.
@@ -400,7 +406,7 @@ def record_with_dispatch(
             preserved(model, values_on_write=True) as snapshot,
             torch.set_grad_enabled(backward is not None),
             tracker,
-            _OpRecorder(tracker, module_names, snapshot.save_before_write) as recorder,
+            _OpRecorder(tracker, module_names, snapshot.save_before_write, fake_inputs) as recorder,
             _FunctionLevelRecorder(recorder),
         ):
             output = call.run(model)

@@ -30,6 +30,7 @@ from .model_guard import collector_paused
 from .model_io import ModelCall
 from .op_source import OpSource
 from .records import BACKWARD, FORWARD, RECOMPUTE
+from .symbolic_counts import DimSpec, SymbolicCount, symbolic_count
 from .scoped_trace import TRACER_WARNING_MODES, ScopedTrace, trace_with_scopes, tracing_plan
 
 logger = logging.getLogger(__name__)
@@ -179,6 +180,14 @@ class JitModelAnalysis:
         if not isinstance(trace, ScopedTrace):
             raise JitflopsError("output shapes are read from the JIT trace: use backend='jit'")
         return trace.module_output_shapes()
+
+    def formula(self, **dims: DimSpec) -> SymbolicCount:
+        """The statistic as exact expressions of named input sizes, per module: ``formula(b=0, s=1)``
+        makes dimension 0 of every input tensor the symbol ``b`` and dimension 1 ``s``; a tuple binds
+        several dimensions (``size=(2, 3)``), a mapping per input (``t={"decoder_input_ids": 1}``).
+        The model runs once on fake tensors of those symbolic sizes, recorded by the dispatch
+        backend, under this analysis' handles (:mod:`jitflops.symbolic_counts`)."""
+        return symbolic_count(self._model, self._call, self._aliases, self._op_handles, self._ignored_ops, self._ancestor_mode, dims)
 
     def unsupported_ops(self, module_name: str = "") -> typing.Counter[str]:
         """Ops met in ``module_name`` that have no handle and are not known to cost nothing."""

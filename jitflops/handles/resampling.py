@@ -92,6 +92,16 @@ for _kinds, _neighbours in (
     FLOP_FORMULAS.register(*_kinds)(_interpolation(_neighbours))
     FLOP_FORMULAS.register(*(f"{kind}_backward" for kind in _kinds))(_interpolation_backward(_neighbours))
 
+INTERPOLATION_NEIGHBOURS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bilinear": 4, "trilinear": 8, "bicubic": 16, "area": 1}
+"""``F.interpolate``'s modes and the neighbours each output element weighs."""
+
+
+@FLOP_FORMULAS.register("jitflops::resample")
+def symbolic_resample_flops(op: OpRecord) -> int:
+    """``F.interpolate`` to sizes in symbols (:mod:`jitflops.symbolic_counts`), by its mode."""
+    return op.output_numel() * INTERPOLATION_NEIGHBOURS[op.arg("mode")]
+
+
 _GRID_SAMPLE_NEIGHBOURS = {  # (interpolation_mode, spatial dims) -> neighbours per output element
     (0, 2): 4, (1, 2): 1, (2, 2): 16,  # bilinear, nearest, bicubic
     (0, 3): 8, (1, 3): 1,  # trilinear, nearest
