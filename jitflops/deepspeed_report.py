@@ -88,6 +88,7 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
         _line("params of model = params per GPU * mp_size", deepspeed_params(summary.params * mp)),
         _line("fwd MACs per GPU", deepspeed_macs(summary.macs)),
         *([_line("fwd integer MACs per GPU (IOPs, apart from MACs)", deepspeed_macs(summary.int_macs))] if summary.int_macs else []),
+        *([_line("fwd attention MACs per GPU its masks discard (in fwd MACs: dense)", deepspeed_macs(summary.masked_out_macs))] if summary.masked_out_macs else []),
         _line("fwd flops per GPU", deepspeed_number(summary.flops)),
         _line("fwd flops of model = fwd flops per GPU * mp_size", deepspeed_number(summary.flops * mp)),
         _line("fwd latency", _seconds(forward)),

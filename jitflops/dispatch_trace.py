@@ -77,6 +77,17 @@ UNDECLARED_WRITES: dict[str, Optional[str]] = {
 does), each with the flag that says whether a call writes them (None: always)."""
 
 
+def _attention_mask(mask: torch.Tensor) -> TensorMeta:
+    """An attention mask with the number of entries that let attention through: True in a boolean
+    mask, above half the dtype's lowest value in an additive one (masked entries hold -inf or the
+    dtype's minimum, as Hugging Face's masks do). Fake and meta masks hold no values."""
+    meta = _decode(mask)
+    if isinstance(mask, FakeTensor) or mask.device.type == "meta":
+        return meta
+    kept = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    return TensorMeta(meta.shape, meta.dtype, int(kept.count_nonzero()))
+
+
 _GROUP_ARGUMENTS = ("process_group", "group_name")
 """How collectives' schemas name their process group (``c10d::`` ops, functional collectives)."""
 
@@ -96,6 +107,8 @@ class Signature:
     """The flag argument without which :attr:`written` are not written, if any."""
     group: Optional[int]
     """A collective's process group argument, recorded as a :class:`~jitflops.process_groups.ProcessGroupMeta`."""
+    mask: Optional[int]
+    """An attention op's mask argument, recorded with how many entries it keeps (:func:`_attention_mask`)."""
 
     @classmethod
     def of(cls, schema: Any) -> "Signature":
@@ -113,6 +126,7 @@ class Signature:
             ),
             names.index(flag) if flag is not None else None,
             next((index for index, name in enumerate(names) if name in _GROUP_ARGUMENTS), None),
+            names.index("attn_mask") if "attn_mask" in names else None,
         )
 
     def _argument(self, index: int, args: tuple, kwargs: dict) -> Any:
@@ -125,6 +139,10 @@ class Signature:
             values.append(_decode(kwargs[name]) if name in kwargs else default)
         if self.group is not None:
             values[self.group] = process_group_meta(values[self.group])
+        if self.mask is not None:
+            mask = args[self.mask] if self.mask < len(args) else kwargs.get("attn_mask")
+            if isinstance(mask, torch.Tensor):
+                values[self.mask] = _attention_mask(mask)
         return values
 
     def record(self, args: tuple, kwargs: dict, output: Any, module: str, phase: str) -> EagerOpRecord:

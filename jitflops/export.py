@@ -48,6 +48,7 @@ UNITS = {
     "fallback_reason": "why the dispatch backend counted where the JIT trace was asked for (null: it did not)",
     "comm_bytes, bytes": "bytes a collective moves, by nccl-tests' size definitions (the gathered output of an all-gather, the input of a reduce-scatter or all-to-all, the tensor of an all-reduce)",
     "bus_bytes": "bytes x nccl-tests' bus factor: 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv",
+    "masked_out_macs": "attention MACs the masks discard (causal, sliding-window, padding): in macs (the dense convention), not in the mask-aware count macs - masked_out_macs",
     "int_macs": "integer multiply-accumulates (IOPs) of quantized and integer products (quantized::linear*, quantized::conv*, _int_mm, int8/int4 weight-only products), apart from macs",
     "cluster_mfu": "the ranks' flops summed / (the slowest rank's time x the sum of the ranks' peak_flops)",
 }
@@ -90,6 +91,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "mfu": summary.mfu,
             "hfu": summary.hfu,
             "int_macs": summary.int_macs,
+            "masked_out_macs": summary.masked_out_macs,
             "comm_bytes": summary.comm_bytes,
             "collectives": [totals.as_dict() for totals in summary.collectives],
             "slowest_rank": profile.slowest_rank,
@@ -119,6 +121,7 @@ def _module_to_dict(node: ModuleProfile, mfu: Optional[float]) -> dict[str, Any]
         "elementwise_flops_by_op": dict(node.elementwise_flops_by_op),
         "activations": node.activations,
         "int_macs": node.int_macs,
+        "masked_out_macs": node.masked_out_macs,
         "int_macs_by_op": dict(node.int_macs_by_op),
         "comm_bytes": node.comm_bytes,
         "comm_bytes_by_collective": dict(node.comm_bytes_by_collective),

@@ -9,8 +9,10 @@ from torch import nn
 
 from .jit_analysis import JitModelAnalysis, per_operator_in_units
 from .dispatch_trace import BackwardFn
-from .handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, Handle
+from .handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, MASKED_ATTENTION_FORMULAS, Handle
 
+
+ATTENTION_CONVENTIONS = ("dense", "masked")
 
 _DEFAULT_SUPPORTED_OPS: dict[str, Handle] = FLOP_FORMULAS.handles()
 """The handles every new ``FlopCountAnalysis`` starts from, as in fvcore: changing this table changes
@@ -36,24 +38,33 @@ class FlopCountAnalysis(JitModelAnalysis):
         kwargs: Optional[Mapping[str, Any]] = None,
         *,
         elementwise: bool = False,
+        attention: str = "dense",
         backend: str = "jit",
         backward: Union[bool, BackwardFn] = False,
         strict: bool = False,
         compute: Optional[bool] = None,
     ) -> None:
         """See :class:`JitModelAnalysis` for ``backend``, ``backward``, ``strict`` and ``compute``;
-        ``elementwise=True`` also counts elementwise ops."""
+        ``elementwise=True`` also counts elementwise ops. ``attention``: ``"dense"`` (default) counts
+        every (query, key) pair, as kernels are charged and papers report; ``"masked"`` only those
+        the attention mask keeps (causal, sliding-window, chunked, padding masks: see
+        :mod:`jitflops.handles.attention`)."""
+        if attention not in ATTENTION_CONVENTIONS:
+            raise ValueError(f"attention must be one of {ATTENTION_CONVENTIONS}, got {attention!r}")
         super().__init__(model, inputs, kwargs, backend=backend, backward=backward, strict=strict, compute=compute)
         self._elementwise = elementwise
+        self._attention = attention
         if elementwise:
             self.set_op_handle(**ELEMENTWISE_FLOP_FORMULAS.handles())
+        if attention == "masked":
+            self.set_op_handle(**MASKED_ATTENTION_FORMULAS.handles())
 
     @classmethod
     def _default_handles(cls) -> dict[str, Handle]:
         return _DEFAULT_SUPPORTED_OPS
 
     def _new_like(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> "FlopCountAnalysis":
-        return type(self)(model, inputs, kwargs, elementwise=self._elementwise, **self._front_end_settings())
+        return type(self)(model, inputs, kwargs, elementwise=self._elementwise, attention=self._attention, **self._front_end_settings())
 
     @property
     def counts_elementwise(self) -> bool:
@@ -67,7 +78,8 @@ class FlopCountAnalysis(JitModelAnalysis):
             else "elementwise ops (arithmetic, activation functions, softmax) not counted (elementwise=True counts them)"
         )
         counted = f"; counted by the dispatch backend: {self.fallback_reason}" if self.fallback_reason else ""
-        return f"1 fused multiply-add = 1 flop (fvcore's convention: #flops here are MACs; JSON, CSV, op table and DeepSpeed outputs give flops = 2 x MACs); bias adds not counted; {elementwise}{counted}"
+        attention = "attention: the pairs its mask keeps" if self._attention == "masked" else "attention dense (masks not followed)"
+        return f"1 fused multiply-add = 1 flop (fvcore's convention: #flops here are MACs; JSON, CSV, op table and DeepSpeed outputs give flops = 2 x MACs); bias adds not counted; {elementwise}; {attention}{counted}"
 
 
 def flop_count(

@@ -46,6 +46,9 @@ class ModuleProfile:
     """Bytes moved by the collectives this module ran (nccl-tests' sizes), per collective."""
     int_macs_by_op: typing.Counter[str] = field(default_factory=Counter)
     """Integer multiply-accumulates (IOPs) of quantized and integer products, apart from :attr:`macs_by_op`."""
+    masked_out_macs: int = 0
+    """Attention MACs the masks discard (counted in :attr:`macs`, the dense convention; the
+    mask-aware count is ``macs - masked_out_macs``)."""
 
     @property
     def macs(self) -> int:
@@ -122,6 +125,7 @@ def remove_module_types(root: ModuleProfile, model: nn.Module, ignored: Sequence
                     ancestor.elementwise_flops_by_op = +(ancestor.elementwise_flops_by_op - child.elementwise_flops_by_op)
                     ancestor.comm_bytes_by_collective = +(ancestor.comm_bytes_by_collective - child.comm_bytes_by_collective)
                     ancestor.int_macs_by_op = +(ancestor.int_macs_by_op - child.int_macs_by_op)
+                    ancestor.masked_out_macs -= child.masked_out_macs
                     ancestor.activations -= child.activations
                     ancestor.latency = _subtract(ancestor.latency, child.latency)
             else:
@@ -142,6 +146,7 @@ def build_hierarchy(
     ignore_modules: Sequence[type] = (),
     communication: Optional[CommunicationAnalysis] = None,
     integer: Optional[IntegerOpCountAnalysis] = None,
+    masked: Optional[FlopCountAnalysis] = None,
 ) -> ModuleProfile:
     """The model's module tree with counts, communication and latency (seconds per canonical module name) attached.
 
@@ -155,6 +160,8 @@ def build_hierarchy(
     acts = activations.by_module(emit_warnings=False) if activations is not None else Counter()
     comm = communication.by_module_and_operator() if communication is not None else {}
     int_macs = integer.by_module_and_operator() if integer is not None else {}
+    useful = masked.by_module(emit_warnings=False) if masked is not None and flops is not None else None
+    dense = flops.by_module(emit_warnings=False) if useful is not None else Counter()
     uncalled = flops.uncalled_modules(emit_warnings=False) if flops is not None else None
     latency = latency or {}
     elementwise_keys = {short_op_name(kind) for kind in ELEMENTWISE_FLOP_FORMULAS.kinds()}
@@ -173,6 +180,7 @@ def build_hierarchy(
             extra_repr=module.extra_repr(),
             comm_bytes_by_collective=+Counter(comm.get(name, {})),
             int_macs_by_op=+Counter(int_macs.get(name, {})),
+            masked_out_macs=dense.get(name, 0) - useful.get(name, 0) if useful is not None else 0,
         )
         for key, child in module.named_children():
             child_name = f"{name}.{key}" if name else key
@@ -214,6 +222,7 @@ def combined_trees(
             activations=sum(other.activations * weight for other, weight in same),
             comm_bytes_by_collective=_weighted_sum((other.comm_bytes_by_collective, weight) for other, weight in same),
             int_macs_by_op=_weighted_sum((other.int_macs_by_op, weight) for other, weight in same),
+            masked_out_macs=sum(other.masked_out_macs * weight for other, weight in same),
             called=any(other.called for other, _ in same),
             latency=latency_of(node.name, [other.latency for other, _ in same]) or _sum_of_children(children),
             children=children,

@@ -237,7 +237,8 @@ def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = N
     root_id = f"jitflops-{uuid.uuid4().hex[:8]}"
     data = json.dumps(_page_data(profile, root_id, memory_bandwidth)).replace("</", "<\\/")
     options = "".join(f'<option value="{key}">{html.escape(label)}</option>' for key, label in METRICS.items())
-    communication = "".join(
+    masked = f"; attention masks discard {summary.masked_out_macs:,} of those MACs (the mask-aware count)" if summary.masked_out_macs else ""
+    communication = masked + "".join(
         f"; {html.escape(totals.name)}: {totals.calls} calls, {totals.bytes:,} bytes (bus {totals.bus_bytes:,.0f}) over {'/'.join(map(str, totals.group_sizes))} ranks"
         for totals in summary.collectives
     )

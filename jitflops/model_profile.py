@@ -94,6 +94,8 @@ class ProfileSummary:
     """Why the dispatch backend counted where the JIT was asked to (None: it did not)."""
     int_macs: int = 0
     """Integer multiply-accumulates (IOPs) of quantized and integer products, apart from :attr:`macs`."""
+    masked_out_macs: int = 0
+    """Attention MACs the masks discard: in :attr:`macs` (dense), not in the mask-aware count."""
     collectives: tuple[CollectiveTotals, ...] = ()
     """The collectives the profiled calls ran, summed per collective (none in one process)."""
 
@@ -120,6 +122,7 @@ class ProfileSummary:
             macs=root.macs,
             flops=root.flops,
             int_macs=root.int_macs,
+            masked_out_macs=root.masked_out_macs,
             device=str(model_device(model, call)) if call else "cpu",
             element_bytes=next((p.dtype.itemsize for p in model.parameters() if p.dtype.is_floating_point), 4),
             **measured,

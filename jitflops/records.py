@@ -28,6 +28,9 @@ class TensorMeta:
 
     shape: Optional[tuple[int, ...]]
     dtype: Optional[torch.dtype] = None
+    kept: Optional[int] = None
+    """For an attention mask read as it ran: how many of its entries let attention through (None:
+    not read; the JIT trace and fake tensors hold no values)."""
 
     @property
     def numel(self) -> int:

@@ -35,6 +35,7 @@ from .registry import (
     ShapeFormula,
     short_op_name,
 )
+from .attention import MASKED_ATTENTION_FORMULAS
 from .collectives import COMMUNICATION_FORMULAS, Collective, collective_of
 from .integer import INTEGER_MAC_FORMULAS
 from .shapes import get_shape
@@ -58,6 +59,7 @@ __all__ = [
     "FormulaTable",
     "FvcoreHandle",
     "INTEGER_MAC_FORMULAS",
+    "MASKED_ATTENTION_FORMULAS",
     "Handle",
     "ShapeFormula",
     "get_shape",

@@ -6,11 +6,18 @@ values have fewer heads than queries, count the work each query head does.
 
 Not counted, as for other elementwise work: the scale, the mask, the softmax and dropout.
 
-A causal mask does **not** halve the count. What a causal mask saves depends on the kernel: the
-math and memory-efficient kernels compute the full L x S product and mask it afterwards; flash
-kernels skip whole blocks above the diagonal, which saves close to half only when L is much larger
-than the block size. The dense count is what every kernel is charged for the same shapes, matches
-``torch.utils.flop_counter``, and is what papers report for attention layers.
+By default a causal mask does **not** halve the count. What a causal mask saves depends on the
+kernel: the math and memory-efficient kernels compute the full L x S product and mask it
+afterwards; flash kernels skip whole blocks above the diagonal, which saves close to half only when
+L is much larger than the block size. The dense count is what every kernel is charged for the same
+shapes, matches ``torch.utils.flop_counter``, and is what papers report for attention layers.
+
+The mask-aware convention (:data:`MASKED_ATTENTION_FORMULAS`, ``FlopCountAnalysis(...,
+attention="masked")``) counts the useful work instead: the (query, key) pairs the mask keeps.
+``is_causal`` keeps ``min(i + 1, S)`` keys for query ``i`` (torch's top-left alignment: L(L+1)/2
+when the lengths are equal); an explicit mask (sliding windows, chunks, padding, block-sparse
+patterns) keeps the entries it lets through, read as the op ran (the dispatch backend; a JIT trace
+holds no values, so there an explicit mask counts dense).
 
 The dispatch front end sees the kernels (flash, memory-efficient, cuDNN, the CPU flash kernel),
 with the same ``query``/``key``/``value`` layout, and their backward: the gradients of query, key
@@ -21,7 +28,7 @@ from __future__ import annotations
 
 from ..errors import OpShapeError
 from ..records import OpRecord
-from .registry import FLOP_FORMULAS
+from .registry import FLOP_FORMULAS, FormulaTable
 from .shapes import prod
 
 
@@ -50,3 +57,29 @@ def attention_flops(op: OpRecord) -> int:
 @FLOP_FORMULAS.register(*(f"{kernel}_backward" for kernel in ATTENTION_KERNELS))
 def attention_backward_flops(op: OpRecord) -> int:
     return 2 * attention_flops(op)
+
+
+MASKED_ATTENTION_FORMULAS = FormulaTable("mask-aware attention formulas")
+"""The forward attention ops counted by the pairs their mask keeps (the ``attention="masked"`` convention)."""
+
+
+def causal_pairs(target_length: int, source_length: int) -> int:
+    """(query, key) pairs a causal mask keeps: query ``i`` sees keys ``0..i`` (torch's ``is_causal``)."""
+    if source_length >= target_length:
+        return target_length * (target_length + 1) // 2
+    return source_length * (source_length + 1) // 2 + (target_length - source_length) * source_length
+
+
+@MASKED_ATTENTION_FORMULAS.register("aten::scaled_dot_product_attention", *ATTENTION_KERNELS)
+def masked_attention_flops(op: OpRecord) -> int:
+    dense = attention_flops(op)
+    query, key = op.shape("query"), op.shape("key")
+    pairs = prod(query[:-2]) * query[-2] * key[-2]
+    mask = op.arg_or("attn_mask", None)
+    if mask is not None and mask.kept is not None:
+        kept = mask.kept * (pairs // mask.numel)  # the mask broadcast over the heads (and batch) it omits
+    elif op.arg_or("is_causal", False):
+        kept = prod(query[:-2]) * causal_pairs(query[-2], key[-2])
+    else:
+        return dense
+    return dense * kept // pairs

@@ -1,0 +1,95 @@
+"""The mask-aware attention convention beside the dense one: causal, sliding-window and padding
+masks, against hand counts of the (query, key) pairs each keeps."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from jitflops import FlopCountAnalysis, format_model_profile, profile_model
+from jitflops.export import profile_to_dict
+from jitflops.handles.attention import causal_pairs
+
+B, H, E = 2, 4, 16
+
+
+class _Attention(nn.Module):
+    def forward(self, q, k, v, mask=None, causal=False):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+
+
+def _qkv(target: int, source: int):
+    return torch.randn(B, H, target, E), torch.randn(B, H, source, E), torch.randn(B, H, source, E)
+
+
+def _counts(inputs, backend):
+    dense = FlopCountAnalysis(_Attention(), inputs, backend=backend).total()
+    masked = FlopCountAnalysis(_Attention(), inputs, backend=backend, attention="masked").total()
+    return dense, masked
+
+
+@pytest.mark.parametrize("backend", ["jit", "dispatch"])
+@pytest.mark.parametrize("target, source", [(8, 8), (4, 8)])
+def test_causal_masks_keep_the_lower_triangle(backend, target, source):
+    dense, masked = _counts((*_qkv(target, source), None, True), backend)
+    assert dense == B * H * target * source * 2 * E
+    kept = sum(min(i + 1, source) for i in range(target))  # torch's is_causal: query i sees keys 0..i
+    assert causal_pairs(target, source) == kept and masked == B * H * kept * 2 * E
+    if target == source:
+        assert kept == target * (target + 1) // 2
+
+
+def test_a_sliding_window_mask_keeps_its_band_where_the_values_are_read():
+    length, window = 16, 4
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    band = (j <= i) & (j > i - window)  # each query sees itself and the 3 keys before it
+    inputs = (*_qkv(length, length), band)
+    dense, masked = _counts(inputs, "dispatch")
+    kept = int(band.sum())
+    assert kept == window * length - window * (window - 1) // 2
+    assert masked == B * H * kept * 2 * E and dense == B * H * length * length * 2 * E
+    additive = torch.zeros(length, length).masked_fill(~band, float("-inf"))  # the same band as an additive mask
+    assert _counts((*_qkv(length, length), additive), "dispatch")[1] == masked
+    assert _counts(inputs, "jit") == (dense, dense)  # a trace holds no mask values: counted dense
+
+
+@pytest.fixture
+def llama():
+    transformers = pytest.importorskip("transformers")
+    logging.disable(logging.WARNING)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100)
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.config._attn_implementation = "sdpa"
+    yield model
+    logging.disable(logging.NOTSET)
+
+
+def test_a_hugging_face_model_causal_and_padded(llama):
+    ids = torch.randint(0, 100, (2, 8))
+    padding = torch.ones(2, 8, dtype=torch.long)
+    padding[1, :3] = 0  # the second sequence is left-padded by 3
+    attention = 1 * H * 2 * 16  # per kept (query, key) pair: 1 layer, 4 query heads, q @ k^T and weights @ v of 16
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for backend in ("jit", "dispatch"):  # no padding: the causal flag, seen by both
+            dense = FlopCountAnalysis(llama, {"input_ids": ids}, backend=backend).total()
+            masked = FlopCountAnalysis(llama, {"input_ids": ids}, backend=backend, attention="masked").total()
+            assert dense - masked == 2 * (64 - 36) * attention
+        inputs = {"input_ids": ids, "attention_mask": padding}
+        dense = FlopCountAnalysis(llama, inputs, backend="dispatch").total()
+        masked = FlopCountAnalysis(llama, inputs, backend="dispatch", attention="masked").total()
+        # the first sequence keeps 36 pairs; in the second, padded keys are dropped for every query
+        # and padded queries see nothing: queries 3..7 see 1..5 keys
+        assert dense - masked == (2 * 64 - (36 + 15)) * attention
+        profile = profile_model(llama, inputs, timed=False, backend="dispatch")
+    assert profile.summary.masked_out_macs == dense - masked and profile.summary.macs == dense
+    assert "its masks discard" in format_model_profile(profile)
+    assert profile_to_dict(profile)["summary"]["masked_out_macs"] == dense - masked
+    assert profile.root.find("model.layers.0.self_attn").masked_out_macs == dense - masked
