@@ -14,6 +14,15 @@ from .model_io import ModelCall, tensor_leaves
 from .timing import Clock, LatencyCollector, LatencyStats, ModuleCallRecorder
 
 
+def _redirected(module: nn.Module) -> bool:
+    """Whether this call of ``module`` is another method routed through its ``__call__``: Lightning
+    runs ``training_step`` through a DDP or FSDP wrapper by patching the module's ``forward`` for one
+    call (``_ForwardRedirection``). The call's arguments are the step's, not the forward's; the
+    forward that the step calls in turn is the one to count and time."""
+    forward = vars(module).get("forward")
+    return forward is not None and getattr(forward, "__qualname__", "").startswith("_ForwardRedirection.")
+
+
 class TrainingStepHooks:
     """Times a training step: module calls, the backward pass and the optimizer step, and hands
     each forward to the profiler: ``on_call`` as it starts (what it returns is handed to
@@ -67,10 +76,14 @@ class TrainingStepHooks:
 
     def _capture_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         if not self.paused:
-            self._calls.append(self._on_call(ModelCall(tuple(args), dict(kwargs))))
+            self._calls.append(None if _redirected(module) else self._on_call(ModelCall(tuple(args), dict(kwargs))))
 
     def _forward_done(self, module: nn.Module, args: Any, output: Any) -> None:
         if self.paused or not self._calls:
+            self.recorder.marks.clear()
+            return
+        if self._calls[-1] is None:  # a redirected call: the model's own forward inside it was measured
+            self._calls.pop()
             self.recorder.marks.clear()
             return
         self.modules.add_iteration(self.recorder.take_iteration())

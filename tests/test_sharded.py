@@ -5,6 +5,7 @@ sharding is left as it was (each rank's code: ``tests/sharded_cases.py``)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -160,3 +161,121 @@ def test_the_fsdp_by_tensor_parallel_llama_example_on_4_processes(tmp_path):
     assert collectives["all_gather"]["calls"] == example.LAYERS + 1  # each block's parameters, and the root's
     assert "comm per GPU: backward.reduce_scatter" in result.stdout and "cluster MFU" in result.stdout
     assert f"hand count of one rank's forward MACs: {per_rank:,}" in result.stdout
+
+
+LIGHTNING_DDP = '''
+import json, sys, warnings
+import torch
+from torch import nn
+import pytorch_lightning as pl
+from jitflops.integrations.lightning import FlopsCallback
+
+warnings.simplefilter("ignore")
+
+
+class Module(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.mlp = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+
+    def forward(self, x):
+        return self.mlp(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+data = torch.utils.data.TensorDataset(torch.randn(64, 32), torch.randint(0, 4, (64,)))
+profiles = []
+callback = FlopsCallback(peak_flops=1e11, schedule=torch.profiler.schedule(wait=2, warmup=0, active=1, repeat=1), on_ready=profiles.append)
+trainer = pl.Trainer(max_steps=6, log_every_n_steps=3, logger=pl.loggers.CSVLogger(sys.argv[1], name="run"), callbacks=[callback],
+                     accelerator="cpu", devices=2, strategy="ddp", enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False)
+trainer.fit(Module(), torch.utils.data.DataLoader(data, batch_size=8))
+profile = profiles[0]
+with open(f"{sys.argv[1]}/rank{trainer.global_rank}.json", "w") as stream:
+    json.dump({"macs": profile.summary.macs, "backward_macs": profile.summary.backward_macs, "gathered": profile.root.macs,
+               "ranks": len(profile.ranks), "world": profile.summary.parallel.world}, stream)
+'''
+
+
+def test_lightning_ddp_profiles_every_rank(tmp_path):
+    """Lightning's DDP strategy on 2 CPU processes: its forward redirection runs training_step
+    through the module's call; the callback counts the forward inside it, on every rank."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("pytorch_lightning")
+    script = tmp_path / "train.py"
+    script.write_text(LIGHTNING_DDP)
+    result = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "MASTER_PORT": str(_free_port())})
+    assert result.returncode == 0, result.stderr[-3000:]
+    forward = 8 * (32 * 64 + 64 * 4)  # a batch of 8 on each rank
+    for rank in range(2):
+        figures = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert figures == {"macs": forward, "backward_macs": 8 * (64 * 4 * 2 + 32 * 64), "gathered": 2 * forward, "ranks": 2, "world": 2}
+    rows = (tmp_path / "run" / "version_0" / "metrics.csv").read_text().splitlines()
+    logged = [row for row in rows[1:] if row.split(",")[1]]
+    assert [float(row.split(",")[1]) for row in logged] == [2 * (forward + 8 * (64 * 4 * 2 + 32 * 64))] * 2  # flops_per_step
+
+
+TRAINER_DDP = '''
+import json, sys, warnings
+import torch
+import torch.distributed as dist
+from torch import nn
+import transformers
+from jitflops.integrations.transformers import FlopsCallback
+
+warnings.simplefilter("ignore")
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+
+    def forward(self, inputs, labels):
+        logits = self.net(inputs)
+        return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+dataset = [{"inputs": torch.randn(32), "labels": torch.tensor(i % 4)} for i in range(64)]
+args = transformers.TrainingArguments(output_dir=sys.argv[1], per_device_train_batch_size=8, max_steps=6, logging_steps=3, report_to="none",
+                                      use_cpu=True, save_strategy="no", disable_tqdm=True, ddp_backend="gloo")
+trainer = transformers.Trainer(model=Mlp(), args=args, train_dataset=dataset)
+profiles = []
+FlopsCallback(peak_flops=1e11, schedule=torch.profiler.schedule(wait=1, warmup=0, active=1, repeat=1), on_ready=profiles.append).attach(trainer)
+trainer.train()
+profile = profiles[0]
+with open(f"{sys.argv[1]}/rank{dist.get_rank()}.json", "w") as stream:
+    json.dump({"macs": profile.summary.macs, "backward_macs": profile.summary.backward_macs, "gathered": profile.root.macs,
+               "ranks": len(profile.ranks), "logged": [entry["flops_per_step"] for entry in trainer.state.log_history if "flops_per_step" in entry]}, stream)
+dist.destroy_process_group()
+'''
+
+
+def test_transformers_trainer_ddp_profiles_every_rank(tmp_path):
+    """transformers' Trainer under torchrun on 2 CPU processes (DDP over gloo), with the callback."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("transformers")
+    script = tmp_path / "train.py"
+    script.write_text(TRAINER_DDP)
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()), str(script), str(tmp_path)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    forward, backward = 8 * (32 * 64 + 64 * 4), 8 * (64 * 4 * 2 + 32 * 64)
+    for rank in range(2):
+        figures = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert figures == {"macs": forward, "backward_macs": backward, "gathered": 2 * forward, "ranks": 2, "logged": [2 * (forward + backward)] * 2}
