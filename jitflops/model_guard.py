@@ -35,6 +35,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.nn.parameter import UninitializedTensorMixin
 
 from .process_groups import local_tensor
@@ -235,7 +236,9 @@ class ModelSnapshot:
 def _storage_address(tensor: torch.Tensor) -> Optional[int]:
     """The address of the storage ``tensor`` views, the same for a parameter, its ``.data`` and every
     view of either (0 on the meta device); None where there is no storage to read (a sparse tensor, a
-    wrapper subclass)."""
+    wrapper subclass, a fake tensor: none of the model's)."""
+    if isinstance(tensor, FakeTensor):
+        return None
     try:
         return tensor.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):
