@@ -137,4 +137,4 @@ def communication_of(analysis: JitModelAnalysis) -> Optional[CommunicationAnalys
     traced it, so nothing was sharded: a trace holds no collective)."""
     if analysis.counted_by != "dispatch":
         return None
-    return CommunicationAnalysis(analysis._model, analysis._inputs, analysis._kwargs, **analysis._front_end_settings()).share_trace(analysis).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    return analysis.of_same_recording(CommunicationAnalysis)

@@ -36,6 +36,7 @@ from .scoped_trace import TRACER_WARNING_MODES, ScopedTrace, trace_with_scopes, 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T", bound="JitModelAnalysis")
+A = TypeVar("A", bound="JitModelAnalysis")
 
 ANCESTOR_MODES = ("owner", "caller")
 BACKENDS = ("jit", "dispatch")
@@ -289,6 +290,12 @@ class JitModelAnalysis:
         return self
 
     # ------------------------------------------------------------------ engine
+
+    def of_same_recording(self, cls: type[A], **settings: Any) -> A:
+        """An analysis of class ``cls`` (with ``settings``) of this call, counted from this one's
+        recording, its warnings left to this one: another statistic of the same run."""
+        other = cls(self._model, self._inputs, self._kwargs, **settings, **self._front_end_settings())
+        return other.share_trace(self).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
 
     def share_trace(self: T, other: "JitModelAnalysis") -> T:
         """Count from ``other``'s trace instead of tracing again (both must analyse the same call)."""

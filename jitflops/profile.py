@@ -38,14 +38,7 @@ def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False, ba
 
 def mask_aware(flops: FlopCountAnalysis) -> FlopCountAnalysis:
     """The same count under the mask-aware attention convention, from the same recording."""
-    masked = FlopCountAnalysis(flops._model, flops._inputs, flops._kwargs, elementwise=flops.counts_elementwise, attention="masked", **flops._front_end_settings())
-    return masked.share_trace(flops).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-
-
-def integer_ops_of(flops: FlopCountAnalysis) -> IntegerOpCountAnalysis:
-    """The integer MACs of the call ``flops`` recorded, from its recording."""
-    integer = IntegerOpCountAnalysis(flops._model, flops._inputs, flops._kwargs, **flops._front_end_settings()).share_trace(flops)
-    return integer.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    return flops.of_same_recording(FlopCountAnalysis, elementwise=flops.counts_elementwise, attention="masked")
 
 
 def training_step_analysis(model: nn.Module, call: ModelCall, backward: Union[bool, BackwardFn] = True) -> FlopCountAnalysis:
@@ -97,7 +90,7 @@ def profile_model(
         rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats)) if with_ops else ()
         step = training_step_analysis(model, call, backward) if backward else None
         communication = communication_of(step or flops)  # the backward's collectives too, where it was recorded
-        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication, integer_ops_of(flops), mask_aware(flops))
+        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication, flops.of_same_recording(IntegerOpCountAnalysis), mask_aware(flops))
         backward_macs, recompute_macs = backward_macs_of(step) if step else (None, None)
         summary = ProfileSummary.of(
             root, model, call, model_parallel_size,
