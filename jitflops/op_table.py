@@ -106,7 +106,7 @@ def _module_of(event: Any) -> Optional[str]:
     while parent is not None:
         if parent.name.startswith(MODULE_RANGE_PREFIX):
             return parent.name[len(MODULE_RANGE_PREFIX):]
-        if parent.name.startswith("aten::"):
+        if parent.name.startswith(_OP_NAMESPACES):
             return None
         parent = parent.cpu_parent
     return ""

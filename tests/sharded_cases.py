@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from jitflops import CommunicationAnalysis, FlopCountAnalysis, FlopsProfiler, profile_model, record_collectives
+from jitflops import ActivationCountAnalysis, CommunicationAnalysis, FlopCountAnalysis, FlopsProfiler, get_model_profile, profile_model, record_collectives
 from jitflops.deepspeed_report import format_model_profile
 from jitflops.export import profile_to_dict
 
@@ -90,7 +90,12 @@ def tensor_parallel(rank: int, world: int) -> dict[str, Any]:
     before = state_of(model)
     figures["mlp"] = counted(model, x)
     figures["mlp"]["state_kept"] = state_of(model) == before
-    profile = profile_model(model, x.detach(), repeats=2, peak_flops=1e12)
+    profile = profile_model(model, x.detach(), repeats=2, peak_flops=1e12, with_ops=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        figures["mlp"]["activations"] = ActivationCountAnalysis(model, x.detach()).total()
+        figures["mlp"]["get_model_profile_macs"] = get_model_profile(model, args=(x.detach(),), print_profile=False, as_string=False, warm_up=0, repeats=1)[1]
+    figures["mlp"]["timed_collectives"] = [[row.op, row.time_s > 0] for row in profile.op_rows if "c10d" in row.op]
     figures["mlp"]["profile"] = {
         "gathered_macs": profile.root.macs,
         "parallel": [profile.summary.parallel.world, profile.summary.parallel.data_parallel, profile.summary.parallel.model_parallel],
