@@ -21,7 +21,7 @@ from typing import Optional
 from torch import nn
 
 from .model_io import ModelCall
-from .process_groups import dtensor_class
+from .process_groups import dtensor_class, fsdp_module_class
 
 USE_DISPATCH = "use FlopCountAnalysis(..., backend='dispatch'), which records the ops as they run"
 
@@ -32,14 +32,6 @@ def is_compiled(model: nn.Module) -> bool:
     except ImportError:  # a torch without dynamo
         return False
     return isinstance(model, OptimizedModule)
-
-
-def _fsdp2_module_class() -> Optional[type]:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # a torch built without distributed
-        return None
-    return FSDPModule
 
 
 def _is_quantized(module: nn.Module) -> bool:
@@ -57,7 +49,7 @@ def untraceable_reason(model: nn.Module, call: ModelCall) -> Optional[str]:
     otherwise. One pass over the modules (about 0.1 ms on MobileNetV2's 211)."""
     if is_compiled(model):
         return "the model is compiled with torch.compile, which the JIT tracer cannot follow"
-    fsdp, dtensor = _fsdp2_module_class(), dtensor_class()
+    fsdp, dtensor = fsdp_module_class(), dtensor_class()
     for name, module in model.named_modules():
         if fsdp is not None and isinstance(module, fsdp):
             return f"the model is sharded by FSDP2 (fully_shard on {_where(name)}), whose hooks the JIT tracer cannot follow"

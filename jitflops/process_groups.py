@@ -33,6 +33,16 @@ def dtensor_class() -> Optional[type]:
     return DTensor
 
 
+@functools.lru_cache(maxsize=None)
+def fsdp_module_class() -> Optional[type]:
+    """FSDP2's ``FSDPModule`` (what ``fully_shard`` makes a module), or None in a torch built without distributed."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return None
+    return FSDPModule
+
+
 def is_dtensor(value: Any) -> bool:
     """By class: a lazy module's uninitialised parameter answers ``isinstance`` with any tensor class."""
     dtensor = dtensor_class()
@@ -79,9 +89,8 @@ def _model_parallel_dims(mesh: Any, sharded_by_fsdp: bool) -> list[int]:
 
 
 def _is_sharded_by_fsdp(model: Any) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return any(isinstance(module, FSDPModule) for module in model.modules())
+    fsdp = fsdp_module_class()
+    return fsdp is not None and any(isinstance(module, fsdp) for module in model.modules())
 
 
 def mesh_model_parallel_size(model: Any) -> Optional[int]:
