@@ -8,6 +8,7 @@ formulas need of it, its size and name, read while the group exists.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -24,23 +25,22 @@ class ProcessGroupMeta:
 
 
 @functools.lru_cache(maxsize=None)
+def _distributed_class(module: str, name: str) -> Optional[type]:
+    """A class of ``torch.distributed``, or None in a torch built without distributed."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError:
+        return None
+
+
 def dtensor_class() -> Optional[type]:
-    """``torch.distributed.tensor.DTensor``, or None in a torch built without distributed."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:
-        return None
-    return DTensor
+    """``torch.distributed.tensor.DTensor``."""
+    return _distributed_class("torch.distributed.tensor", "DTensor")
 
 
-@functools.lru_cache(maxsize=None)
 def fsdp_module_class() -> Optional[type]:
-    """FSDP2's ``FSDPModule`` (what ``fully_shard`` makes a module), or None in a torch built without distributed."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:
-        return None
-    return FSDPModule
+    """FSDP2's ``FSDPModule``: what ``fully_shard`` makes a module."""
+    return _distributed_class("torch.distributed.fsdp", "FSDPModule")
 
 
 def is_dtensor(value: Any) -> bool:
