@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .communication import CollectiveCall, CollectiveTotals, totals_by_collective
 from .dispatch_trace import Signature
 from .handles import COMMUNICATION_FORMULAS, collective_of
-from .process_groups import dtensor_class
+from .process_groups import dispatches_to_dtensor
 from .records import BACKWARD, FORWARD
 
 _COLLECTIVE_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
@@ -40,8 +40,8 @@ class CollectiveLog(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
-        if types and dtensor_class() is not None and any(issubclass(t, dtensor_class()) for t in types):
-            return NotImplemented  # DTensor desugars it into local ops and collectives, seen next
+        if types and dispatches_to_dtensor(types):
+            return NotImplemented
         if getattr(func, "namespace", None) not in _COLLECTIVE_NAMESPACES or func._schema.name not in COMMUNICATION_FORMULAS.kinds():
             return func(*args, **kwargs)
         signature = self._signatures.get(func)

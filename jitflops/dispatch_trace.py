@@ -44,7 +44,7 @@ from .errors import TraceError
 from .handles.spectral import FFT_KINDS
 from .model_guard import preserved
 from .model_io import ModelCall, tensor_leaves
-from .process_groups import dtensor_class, process_group_meta
+from .process_groups import dispatches_to_dtensor, process_group_meta
 from .records import BACKWARD, FORWARD, RECOMPUTE, EagerOpRecord, OpRecord, TensorMeta
 
 BackwardFn = Callable[[Any], None]
@@ -310,7 +310,7 @@ class _OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
-        if types and dtensor_class() is not None and any(issubclass(t, dtensor_class()) for t in types):
+        if types and dispatches_to_dtensor(types):
             return NotImplemented
         if isinstance(func, torch._ops.HigherOrderOperator):  # no schema, not an op of its own (DTensor's RNG wrapper)
             return func(*args, **kwargs)

@@ -66,6 +66,13 @@ class FlopCountAnalysis(JitModelAnalysis):
     def _new_like(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> "FlopCountAnalysis":
         return type(self)(model, inputs, kwargs, elementwise=self._elementwise, attention=self._attention, **self._front_end_settings())
 
+    def masked_attention(self) -> "FlopCountAnalysis":
+        """This count (its handles, from its recording) with attention counted by the pairs its masks
+        keep: the ``attention="masked"`` convention beside this one."""
+        masked = self.of_same_recording(FlopCountAnalysis, elementwise=self._elementwise, attention="masked")
+        masked._op_handles, masked._ignored_ops = dict(self._op_handles), set(self._ignored_ops)
+        return masked.set_op_handle(**MASKED_ATTENTION_FORMULAS.handles())
+
     @property
     def counts_elementwise(self) -> bool:
         return self._elementwise

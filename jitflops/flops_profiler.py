@@ -46,8 +46,7 @@ from .counting import module_aliases
 from .model_io import ModelCall
 from .model_profile import ModelProfile, ParallelSizes, ProfileSummary, profile_convention
 from .peak_flops import model_peak_flops
-from .integer_count import IntegerOpCountAnalysis
-from .profile import backward_macs_of, count_model, mask_aware, training_step_analysis
+from .profile import backward_macs_of, count_model, training_step_analysis
 from .step_timing import TrainingStepHooks, total_of
 from .timing import LatencyStats, clock_for
 
@@ -253,8 +252,7 @@ class FlopsProfiler:
     def _count_call(self, call: ModelCall) -> _CountedCall:
         flops, activations = count_model(self.model, call, self.elementwise)
         communication = communication_of(flops)
-        tree = build_hierarchy(self.model, flops, activations, communication=communication,
-                               integer=flops.of_same_recording(IntegerOpCountAnalysis), masked=mask_aware(flops))
+        tree = build_hierarchy(self.model, flops, activations, communication=communication)
         return _CountedCall(call, tree, flops.fallback_reason, collectives=communication.by_collective() if communication else {})
 
     def _latency_totals(self) -> dict[str, LatencyStats]:

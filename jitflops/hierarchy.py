@@ -145,10 +145,9 @@ def build_hierarchy(
     latency: Optional[Mapping[str, LatencyStats]] = None,
     ignore_modules: Sequence[type] = (),
     communication: Optional[CommunicationAnalysis] = None,
-    integer: Optional[IntegerOpCountAnalysis] = None,
-    masked: Optional[FlopCountAnalysis] = None,
 ) -> ModuleProfile:
     """The model's module tree with counts, communication and latency (seconds per canonical module name) attached.
+    The integer MACs and the attention work masks discard are counted from ``flops``' recording.
 
     Modules of a type in ``ignore_modules`` are left out and their MACs, activations and latency
     are removed from their ancestors too (parameters stay: they are still in the model). Without
@@ -159,9 +158,9 @@ def build_hierarchy(
     macs = flops.by_module_and_operator() if flops is not None else {}
     acts = activations.by_module(emit_warnings=False) if activations is not None else Counter()
     comm = communication.by_module_and_operator() if communication is not None else {}
-    int_macs = integer.by_module_and_operator() if integer is not None else {}
-    useful = masked.by_module(emit_warnings=False) if masked is not None and flops is not None else None
-    dense = flops.by_module(emit_warnings=False) if useful is not None else Counter()
+    int_macs = flops.of_same_recording(IntegerOpCountAnalysis).by_module_and_operator() if flops is not None else {}
+    useful = flops.masked_attention().by_module(emit_warnings=False) if flops is not None else Counter()
+    dense = flops.by_module(emit_warnings=False) if flops is not None else Counter()
     uncalled = flops.uncalled_modules(emit_warnings=False) if flops is not None else None
     latency = latency or {}
     elementwise_keys = {short_op_name(kind) for kind in ELEMENTWISE_FLOP_FORMULAS.kinds()}
@@ -180,7 +179,7 @@ def build_hierarchy(
             extra_repr=module.extra_repr(),
             comm_bytes_by_collective=+Counter(comm.get(name, {})),
             int_macs_by_op=+Counter(int_macs.get(name, {})),
-            masked_out_macs=dense.get(name, 0) - useful.get(name, 0) if useful is not None else 0,
+            masked_out_macs=dense.get(name, 0) - useful.get(name, 0),
         )
         for key, child in module.named_children():
             child_name = f"{name}.{key}" if name else key

@@ -43,6 +43,14 @@ def fsdp_module_class() -> Optional[type]:
     return _distributed_class("torch.distributed.fsdp", "FSDPModule")
 
 
+def dispatches_to_dtensor(types: Any) -> bool:
+    """Whether an op reaching a dispatch mode has DTensor arguments (``types``): such an op is left
+    to DTensor (``NotImplemented``, as ``CommDebugMode`` does), which runs it on this rank's shards
+    and redistributes with collectives, each of which reaches the mode in turn."""
+    dtensor = dtensor_class()
+    return dtensor is not None and any(issubclass(t, dtensor) for t in types)
+
+
 def is_dtensor(value: Any) -> bool:
     """By class: a lazy module's uninitialised parameter answers ``isinstance`` with any tensor class."""
     dtensor = dtensor_class()

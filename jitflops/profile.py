@@ -12,7 +12,6 @@ from torch import nn
 
 from .activation_count import ActivationCountAnalysis
 from .communication import communication_of
-from .integer_count import IntegerOpCountAnalysis
 from .dispatch_trace import BackwardFn
 from .distributed import profile_on_every_rank
 from .flop_count import FlopCountAnalysis
@@ -34,11 +33,6 @@ def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False, ba
     flops.tracer_warnings("none").uncalled_modules_warnings(False)
     activations = ActivationCountAnalysis(model, call.args, call.kwargs, backend=backend).share_trace(flops)
     return flops, activations
-
-
-def mask_aware(flops: FlopCountAnalysis) -> FlopCountAnalysis:
-    """The same count under the mask-aware attention convention, from the same recording."""
-    return flops.of_same_recording(FlopCountAnalysis, elementwise=flops.counts_elementwise, attention="masked")
 
 
 def training_step_analysis(model: nn.Module, call: ModelCall, backward: Union[bool, BackwardFn] = True) -> FlopCountAnalysis:
@@ -90,7 +84,7 @@ def profile_model(
         rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats)) if with_ops else ()
         step = training_step_analysis(model, call, backward) if backward else None
         communication = communication_of(step or flops)  # the backward's collectives too, where it was recorded
-        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication, flops.of_same_recording(IntegerOpCountAnalysis), mask_aware(flops))
+        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication)
         backward_macs, recompute_macs = backward_macs_of(step) if step else (None, None)
         summary = ProfileSummary.of(
             root, model, call, model_parallel_size,
