@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import time
 
 import torch
@@ -150,22 +151,28 @@ def main() -> None:
         generator = torch.Generator().manual_seed(dist.get_rank())
         profiler = None if args.no_profile else FlopsProfiler(model, peak_flops=float(os.environ.get("PEAK_FLOPS", 1e11)))
         started = 0.0
+        step_seconds: list[float] = []
+        profile = None
         for step in range(args.steps):
             if step == 1:  # the first step builds FSDP's buffers: the steps after it are timed
                 dist.barrier()
                 started = time.perf_counter()
+            began = time.perf_counter()
             tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=generator)
-            if profiler is not None and step == args.steps - 1:
+            profiled = profiler is not None and step == args.steps - 1
+            if profiled:
                 profiler.start_profile()
             logits = model(tokens[:, :-1])
             loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
-        if profiler is not None:
-            profiler.print_model_profile(profile_step=args.steps - 1, module_depth=2)
-            profile = profiler.profile(args.steps - 1)
-            profiler.end_profile()
+            if profiled:
+                profiler.print_model_profile(profile_step=step, module_depth=2)
+                profile = profiler.profile(step)
+                profiler.end_profile()
+            step_seconds.append(time.perf_counter() - began)
+        if profile is not None:
             if is_writer():
                 print(rank_table(profile))
                 print(f"hand count of one rank's forward MACs: {hand_count_per_rank(args.tp):,}; loss {loss.item():.3f} (ln {VOCAB} = {math.log(VOCAB):.3f})")
@@ -174,6 +181,9 @@ def main() -> None:
         dist.barrier()
         if is_writer():
             print(f"seconds for steps 1 to {args.steps - 1}: {time.perf_counter() - started:.4f}")
+            unprofiled = statistics.median(step_seconds[1:-1] if profile is not None else step_seconds[1:])
+            last = f", the profiled step (with its printouts) {step_seconds[-1]:.4f}" if profile is not None else ""
+            print(f"step seconds: unprofiled {unprofiled:.4f} (median){last}")
     finally:
         dist.destroy_process_group()
 

@@ -24,7 +24,6 @@ it if it is the model's (:meth:`~jitflops.model_guard.ModelSnapshot.save_before_
 from __future__ import annotations
 
 import functools
-import gc
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional
@@ -42,7 +41,7 @@ from torch.utils.module_tracker import ModuleTracker
 
 from .errors import TraceError
 from .handles.spectral import FFT_KINDS
-from .model_guard import preserved
+from .model_guard import own_cycles_collected, preserved
 from .model_io import ModelCall, tensor_leaves
 from .process_groups import dispatches_to_dtensor, process_group_meta
 from .records import BACKWARD, FORWARD, RECOMPUTE, EagerOpRecord, OpRecord, TensorMeta
@@ -419,8 +418,13 @@ def record_with_dispatch(
     for tensor in leaves:
         tensor.grad = None
     tracker = _ScopeTracker(backward is not None)
+    recorder: Optional[_OpRecorder] = None
+    # What the recording leaves in reference cycles goes when it ends if it ran collectives: a
+    # process whose ranks ran collectives aborted at exit otherwise, 3 runs in 8 (a collection of
+    # the young generations alone did not do)
     try:
         with (
+            own_cycles_collected(lambda: recorder is not None and recorder.ran_collectives),
             preserved(model, values_on_write=True) as snapshot,
             torch.set_grad_enabled(backward is not None),
             tracker,
@@ -438,9 +442,4 @@ def record_with_dispatch(
     finally:
         for tensor, grad in zip(leaves, saved_grads):
             tensor.grad = grad
-    if recorder.ran_collectives:
-        # What the recording left in reference cycles goes now (the collector was paused): a
-        # process whose ranks ran collectives aborted at exit otherwise, 3 runs in 8 (a collection
-        # of the young generations alone did not do)
-        gc.collect()
     return DispatchTrace(tuple(recorder.records))

@@ -31,7 +31,7 @@ import threading
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import nn
@@ -266,6 +266,27 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+@contextmanager
+def own_cycles_collected(needed: Callable[[], bool]) -> Iterator[None]:
+    """After the body, when ``needed()`` says so, collect the reference cycles made in it, and only
+    those: the objects that existed before are frozen (``gc.freeze``) for that collection, so it walks
+    the body's objects, not every object of the process (with torch.distributed imported a full
+    collection walks some 300,000 objects: 0.2 s a time on a CPU core). Where the process froze
+    objects itself, the collection is a full one (unfreezing would undo its freeze)."""
+    freezes = gc.get_freeze_count() == 0
+    if freezes:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        try:
+            if needed():
+                gc.collect()
+        finally:
+            if freezes:
+                gc.unfreeze()
 
 
 @contextmanager

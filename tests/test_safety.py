@@ -321,3 +321,38 @@ def test_interrupting_an_analysis_restores_model_and_globals():
             FlopCountAnalysis(model, torch.randn(2, 4), backend=backend).total()
         assert_same_state(before, model_state(model))
     assert warnings.showwarning is handler and torch.jit._trace._trace_module_map is module_map
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.mark.parametrize("user_froze", [False, True])
+def test_the_collection_after_a_recording_frees_its_cycles_and_leaves_the_process_freeze_as_it_was(user_froze):
+    import gc
+    import weakref
+
+    if user_froze:
+        gc.freeze()
+    frozen = gc.get_freeze_count()
+    old = _Cycle()  # garbage made before: the young collection leaves it to Python's own collector
+    old_ref = weakref.ref(old)
+    del old
+    try:
+        with model_guard.own_cycles_collected(lambda: True):
+            young = _Cycle()
+            young_ref = weakref.ref(young)
+            del young
+        assert young_ref() is None
+        assert gc.get_freeze_count() == frozen
+        # a full collection where the user froze objects (unfreezing would undo it)
+        assert (old_ref() is None) == user_froze
+        with model_guard.own_cycles_collected(lambda: False):
+            skipped = _Cycle()
+            skipped_ref = weakref.ref(skipped)
+            del skipped
+        assert skipped_ref() is not None
+    finally:
+        gc.unfreeze()
+        gc.collect()
