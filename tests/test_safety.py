@@ -333,6 +333,7 @@ def test_the_collection_after_a_recording_frees_its_cycles_and_leaves_the_proces
     import gc
     import weakref
 
+    gc.disable()  # no collection of its own between the garbage made here and the block
     if user_froze:
         gc.freeze()
     frozen = gc.get_freeze_count()
@@ -355,4 +356,5 @@ def test_the_collection_after_a_recording_frees_its_cycles_and_leaves_the_proces
         assert skipped_ref() is not None
     finally:
         gc.unfreeze()
+        gc.enable()
         gc.collect()
