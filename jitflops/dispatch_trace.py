@@ -219,6 +219,9 @@ class _ScopeTracker(ModuleTracker):
         self.backward = backward
         self.forwards_running = 0
         """Module forwards running now: in the backward pass, those of activation checkpointing's recompute."""
+        self._closing_after_own_hooks: dict[nn.Module, list[Any]] = {}
+        """Modules whose scope closes after their own forward hooks, with the hook that closes it
+        (one per call running: a module can run inside itself)."""
         self._raised: Optional[tuple[BaseException, frozenset[str]]] = None
         """The last exception that left a module's forward, and the modules running where it was raised."""
 
@@ -232,11 +235,34 @@ class _ScopeTracker(ModuleTracker):
         self._fw_post_handle = register_module_forward_hook(self._fw_post_hook, always_call=True)
         return self
 
+    def __exit__(self, *args: Any) -> None:
+        super().__exit__(*args)
+        for handles in self._closing_after_own_hooks.values():  # left where a forward hook raised
+            for handle in handles:
+                handle.remove()
+        self._closing_after_own_hooks.clear()
+
     def _fw_pre_hook(self, mod: nn.Module, input: Any) -> None:
         self.forwards_running += 1
         super()._fw_pre_hook(mod, self._gradient_hook_targets(input))
+        if mod._forward_hooks:
+            # The module's own forward hooks are part of its call (tensor parallelism redistributes
+            # a module's output in one): its scope closes after them, in a hook of its own that
+            # runs last, as CommDebugMode's tracker does. Global hooks, this tracker's, run first.
+            self._closing_after_own_hooks.setdefault(mod, []).append(mod.register_forward_hook(self._own_hooks_done, always_call=True))
+
+    def _own_hooks_done(self, mod: nn.Module, input: Any, output: Any) -> None:
+        handles = self._closing_after_own_hooks[mod]
+        handles.pop().remove()
+        if not handles:
+            del self._closing_after_own_hooks[mod]
+        self._close(mod, input, output)
 
     def _fw_post_hook(self, mod: nn.Module, input: Any, output: Any) -> None:
+        if mod not in self._closing_after_own_hooks:
+            self._close(mod, input, output)
+
+    def _close(self, mod: nn.Module, input: Any, output: Any) -> None:
         self.forwards_running -= 1
         unwinding = sys.exc_info()[1]  # the hook is called while a forward's exception is handled
         if unwinding is not None and (self._raised is None or self._raised[0] is not unwinding):

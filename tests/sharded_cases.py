@@ -31,13 +31,19 @@ def mlp() -> nn.Sequential:
     return nn.Sequential(nn.Linear(D_IN, D_HIDDEN), nn.ReLU(), nn.Linear(D_HIDDEN, D_IN))
 
 
-def comm_debug_counts(run: Callable[[], Any]) -> dict[str, int]:
-    """``CommDebugMode``'s collective counts for one run, keyed by the op's short name."""
+def comm_debug_counts(run: Callable[[], Any]) -> tuple[dict[str, int], list[str]]:
+    """``CommDebugMode``'s collective counts for one run, keyed by the op's short name, and the
+    modules it saw run collectives (canonical names: the root is "", its tracker's "Global" left out)."""
     from torch.distributed.tensor.debug import CommDebugMode
 
     with CommDebugMode() as mode:
         run()
-    return {str(op).rpartition(".")[2]: count for op, count in mode.get_comm_counts().items()}
+    counts = {str(op).rpartition(".")[2]: count for op, count in mode.get_comm_counts().items()}
+    modules = sorted(
+        name.partition(".")[2] for name, phases in mode.comm_module_counts.items()
+        if name != "Global" and any(sum(ops.values()) for ops in phases.values() if isinstance(ops, dict))
+    )
+    return counts, modules
 
 
 def collectives(analysis: CommunicationAnalysis) -> dict[str, list]:
@@ -66,9 +72,9 @@ def counted(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
             "unsupported": sorted(forward.unsupported_ops()) + sorted(step.unsupported_ops()),
             "phases": dict(step.by_phase()),
             "collectives": collectives(communication),
-            "comm_by_module": {name: n for name, n in communication.by_module().items() if n},
+            "comm_modules": sorted(name for name, n in communication.by_module().items() if n),
         }
-    figures["comm_debug"] = comm_debug_counts(lambda: model(x).float().sum().backward())
+    figures["comm_debug"], figures["comm_debug_modules"] = comm_debug_counts(lambda: model(x).float().sum().backward())
     for parameter in model.parameters():
         parameter.grad = None
     return figures

@@ -42,6 +42,8 @@ def test_tensor_parallel_ranks_count_their_shards(tmp_path, world):
             "backward.all_reduce": [1, BATCH * D_IN * FLOAT, all_reduce_bus(BATCH * D_IN * FLOAT, world), [world]],
         }
         assert mlp["comm_debug"] == {"all_reduce": 2}
+        # each collective in the module CommDebugMode puts it in: the Rowwise Linear's output hook, not its parent
+        assert mlp["comm_modules"] == mlp["comm_debug_modules"] == ["", "0", "2"]
         # Colwise's output is a shard; Rowwise's partial sums are whole on every rank before the all-reduce
         assert mlp["activations"] == BATCH * D_HIDDEN // world + BATCH * D_IN
         assert mlp["get_model_profile_macs"] == MLP_MACS // world  # DeepSpeed's per-GPU figure
