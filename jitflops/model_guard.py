@@ -37,8 +37,8 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.nn.parameter import UninitializedTensorMixin
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .process_groups import local_tensor
 
 _MODULE_DICTS = (
     "_parameters",
@@ -225,12 +225,23 @@ class ModelSnapshot:
         # Batch norm's kernels and ``.data`` write without bumping the version: compare the values.
         # Copy only where they changed: a copy bumps the version, which would break a backward
         # pass that saved this tensor (the profiler counts inside a training step's forward).
-        # A DTensor's values are its shard: compared here, where DTensor's own equal would all-reduce
-        # the answer (a collective some ranks would skip).
-        current, value = local_tensor(tensor), local_tensor(saved.value)
-        if tensor._version != saved.version or not torch.equal(current, value):
-            current.copy_(value)
+        changed = tensor._version != saved.version
+        for current, value in zip(_plain_parts(tensor), _plain_parts(saved.value)):
+            if changed or not torch.equal(current, value):
+                current.copy_(value)
         return True
+
+
+def _plain_parts(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """The plain tensors that hold a tensor's values: itself, or a wrapper subclass's inner tensors
+    (``__tensor_flatten__``), compared and copied one by one. A subclass's own ``equal`` and
+    ``copy_`` are not run: DTensor's would all-reduce the answer (a collective some ranks would
+    skip), and torchao's quantized tensors implement neither."""
+    if not is_traceable_wrapper_subclass(tensor):
+        return [tensor]
+    names, _ = tensor.__tensor_flatten__()
+    inner = (getattr(tensor, name) for name in names)  # DTensor also lists its (opaque) device mesh
+    return [part for value in inner if isinstance(value, torch.Tensor) for part in _plain_parts(value)]
 
 
 def _storage_address(tensor: torch.Tensor) -> Optional[int]:

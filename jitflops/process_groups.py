@@ -57,11 +57,6 @@ def is_dtensor(value: Any) -> bool:
     return dtensor is not None and issubclass(type(value), dtensor)
 
 
-def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """A DTensor's shard on this rank; any other tensor itself."""
-    return tensor._local_tensor if is_dtensor(tensor) else tensor
-
-
 def process_group_meta(value: Any) -> Any:
     """A process group argument (boxed ``ProcessGroup``, ``ProcessGroup`` or group name) as a
     :class:`ProcessGroupMeta`; any other value unchanged (a ``ReduceOp``, a name no group has)."""

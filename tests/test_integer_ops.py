@@ -89,3 +89,29 @@ def test_integer_matrix_products():
         iops = IntegerOpCountAnalysis(Products(), (a, b, x, w8, scales, w4, scales_and_zeros), backend=backend)
         assert iops.by_operator() == {"int_mm": 32 * 64 * 48, "weight_int8pack_mm": 4 * 64 * 24, "weight_int4pack_mm": 4 * 64 * 48}, backend
         assert FlopCountAnalysis(Products(), (a, b, x, w8, scales, w4, scales_and_zeros), backend=backend).unsupported_ops() == {}
+
+
+def test_torchao_int8_layers_count_as_integer_macs_and_weight_only_ones_as_float():
+    """torchao's quantized tensors: int8 activations x int8 weights run ``_int_mm`` (integer MACs);
+    weight-only int8 and int4 dequantize the weights and multiply in float (float MACs). The
+    default call counts each (the JIT fails inside torch on the int8 x int8 tensors: dispatch) and
+    leaves the quantized weights as they were."""
+    quantization = pytest.importorskip("torchao.quantization")
+    x = torch.randn(4, 64)
+    macs = 4 * 64 * 32 + 4 * 32 * 16  # two Linears by hand
+    for config, integer in (
+        (quantization.Int8DynamicActivationInt8WeightConfig(), True),
+        (quantization.Int8WeightOnlyConfig(), False),
+        (quantization.IntxWeightOnlyConfig(weight_dtype=torch.int4), False),
+    ):
+        model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 16))
+        quantization.quantize_(model, config)
+        weights = [parameter.dequantize().clone() for parameter in model.parameters() if parameter.dim() == 2]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            flops = FlopCountAnalysis(model, x)
+            iops = IntegerOpCountAnalysis(model, x)
+            assert (iops.total(), flops.total()) == ((macs, 0) if integer else (0, macs)), type(config).__name__
+            assert flops.unsupported_ops() == {}
+        assert flops.counted_by == ("dispatch" if integer else "jit")
+        assert all(torch.equal(parameter.dequantize(), weight) for parameter, weight in zip((p for p in model.parameters() if p.dim() == 2), weights))

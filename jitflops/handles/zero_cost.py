@@ -67,4 +67,6 @@ ZERO_COST_OPS: frozenset[str] = _aten(
     # quantized models' casts between float and integer tensors (their products: handles/integer.py)
     "aten::quantize_per_tensor", "aten::quantize_per_channel", "aten::quantize_per_tensor_dynamic", "aten::dequantize",
     "aten::q_scale", "aten::q_zero_point", "aten::int_repr", "aten::_make_per_tensor_quantized_tensor",
+    # torchao's (its quantized tensors' dequantize to float and quantize on the fly)
+    "torchao::dequantize_affine", "torchao::quantize_affine", "torchao::choose_qparams_affine",
 })
