@@ -121,8 +121,9 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
         if summary.forward.noisy:
             lines.append("warning: the fwd latency's spread (IQR) is larger than its median: the machine is busy; timings are unreliable")
     if summary.mfu is not None:
-        lines.append(_line("MFU = FLOPS per GPU / peak FLOPS per GPU", f"{100 * summary.mfu:.2f}% of {deepspeed_flops(summary.peak_flops or 0)}"))
-        if summary.recompute_flops:
+        model = "model FLOPS (masked-out attention left out)" if summary.masked_out_macs else "FLOPS"
+        lines.append(_line(f"MFU = {model} per GPU / peak FLOPS per GPU", f"{100 * summary.mfu:.2f}% of {deepspeed_flops(summary.peak_flops or 0)}"))
+        if summary.recompute_flops or summary.masked_out_macs:
             lines.append(_line("HFU = (flops + recomputed flops) / latency / peak FLOPS per GPU", f"{100 * summary.hfu:.2f}%"))
     if summary.timing_overhead is not None:
         tiny = summary.forward is not None and summary.forward.median < TINY_FORWARD_S

@@ -40,7 +40,9 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.module_tracker import ModuleTracker
 
 from .errors import TraceError
+from .handles.attention import SOFTMAX_KINDS
 from .handles.spectral import FFT_KINDS
+from .masked_scores import MaskedScorePairing
 from .model_guard import own_cycles_collected, preserved
 from .model_io import ModelCall, tensor_leaves
 from .process_groups import dispatches_to_dtensor, process_group_meta
@@ -77,9 +79,10 @@ does), each with the flag that says whether a call writes them (None: always).""
 
 
 def _attention_mask(mask: torch.Tensor) -> TensorMeta:
-    """An attention mask with the number of entries that let attention through: True in a boolean
-    mask, above half the dtype's lowest value in an additive one (masked entries hold -inf or the
-    dtype's minimum, as Hugging Face's masks do). Fake and meta masks hold no values."""
+    """An attention mask (or a softmax's input: eager attention's masked scores) with the number
+    of entries that let attention through: True in a boolean mask, above half the dtype's lowest
+    value in an additive one (masked entries hold -inf or the dtype's minimum, as Hugging Face's
+    masks do, and so do scores once such a mask is added). Fake and meta masks hold no values."""
     meta = _decode(mask)
     if isinstance(mask, FakeTensor) or mask.device.type == "meta":
         return meta
@@ -107,7 +110,8 @@ class Signature:
     group: Optional[int]
     """A collective's process group argument, recorded as a :class:`~jitflops.process_groups.ProcessGroupMeta`."""
     mask: Optional[int]
-    """An attention op's mask argument, recorded with how many entries it keeps (:func:`_attention_mask`)."""
+    """An attention op's mask argument, or a softmax's input, recorded with how many entries it
+    keeps (:func:`_attention_mask`)."""
 
     @classmethod
     def of(cls, schema: Any) -> "Signature":
@@ -125,7 +129,7 @@ class Signature:
             ),
             names.index(flag) if flag is not None else None,
             next((index for index, name in enumerate(names) if name in _GROUP_ARGUMENTS), None),
-            names.index("attn_mask") if "attn_mask" in names else None,
+            names.index("attn_mask") if "attn_mask" in names else (0 if schema.name in SOFTMAX_KINDS else None),
         )
 
     def _argument(self, index: int, args: tuple, kwargs: dict) -> Any:
@@ -139,7 +143,7 @@ class Signature:
         if self.group is not None:
             values[self.group] = process_group_meta(values[self.group])
         if self.mask is not None:
-            mask = args[self.mask] if self.mask < len(args) else kwargs.get("attn_mask")
+            mask = args[self.mask] if self.mask < len(args) else kwargs.get(self.names[self.mask])
             if isinstance(mask, torch.Tensor):
                 values[self.mask] = _attention_mask(mask)
         return values
@@ -312,13 +316,16 @@ class _OpRecorder(TorchDispatchMode):
         """Whether ops on fake tensors are the model's (it runs on them: a count in symbolic sizes),
         not DTensor's sharding propagation."""
         self.ran_collectives = False
+        self.masked_scores = MaskedScorePairing(self.records)
         self._scope_cache: dict[frozenset[str], str] = {}
         self._last_scope: tuple[frozenset[str], str] = (frozenset(), "")
         self._signatures: dict[Any, Signature] = {}
 
     def add(self, signature: Signature, args: tuple, kwargs: dict, output: Any) -> None:
         path = self._current_scope()
-        self.records.append((path, signature.record(args, kwargs, output, path.rpartition("/")[2], self.tracker.phase)))
+        record = signature.record(args, kwargs, output, path.rpartition("/")[2], self.tracker.phase)
+        self.records.append((path, record))
+        self.masked_scores.after(path, record)
 
     def _current_scope(self) -> str:
         last_parents, last_scope = self._last_scope

@@ -88,6 +88,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "samples_per_second": summary.samples_per_second,
             "timing_overhead": summary.timing_overhead,
             "peak_flops": summary.peak_flops,
+            "model_flops": summary.model_flops,
             "mfu": summary.mfu,
             "hfu": summary.hfu,
             "int_macs": summary.int_macs,

@@ -78,9 +78,11 @@ class ModuleProfile:
         return self.flops / self.latency.median
 
     def mfu(self, peak_flops: Optional[float]) -> Optional[float]:
-        """Model FLOPs utilisation: achieved FLOP/s over ``peak_flops`` (None: not timed, or no peak)."""
-        rate = self.flops_per_second
-        return rate / peak_flops if rate is not None and peak_flops else None
+        """Model FLOPs utilisation: the model's FLOP/s (the masks' discarded attention work left
+        out) over ``peak_flops`` (None: not timed, or no peak)."""
+        if self.flops_per_second is None or not peak_flops:
+            return None
+        return (self.flops - 2 * self.masked_out_macs) / self.latency.median / peak_flops
 
     def walk(self) -> Iterator["ModuleProfile"]:
         """This module and all below it, depth first, parents before children."""

@@ -193,11 +193,27 @@ class ProfileSummary:
         return None
 
     @property
-    def mfu(self) -> Optional[float]:
-        """Model FLOPs utilisation: achieved FLOP/s over the peak. Of the training step (forward +
-        backward) when the backward was timed, of the forward otherwise."""
+    def masked_out_flops(self) -> int:
+        """FLOPs of the attention work the masks discard, within :attr:`measured_work`: the
+        forward's and, where the backward is in it, the backward's (its attention products are
+        twice the forward's, as they are counted)."""
+        forward = 2 * self.masked_out_macs
+        return 3 * forward if self.forward_backward_flops_per_second is not None else forward
+
+    @property
+    def model_flops(self) -> Optional[float]:
+        """The model's FLOPs in :attr:`measured_work` (PaLM's model FLOPs): the work counted, less
+        the attention work its masks discard (None: not timed)."""
         work = self.measured_work
-        return work[0] / work[1] / self.peak_flops if work is not None and self.peak_flops else None
+        return work[0] - self.masked_out_flops if work is not None else None
+
+    @property
+    def mfu(self) -> Optional[float]:
+        """Model FLOPs utilisation: the model's FLOP/s (:attr:`model_flops`: masked-out attention
+        left out) over the peak. Of the training step (forward + backward) when the backward was
+        timed, of the forward otherwise."""
+        work = self.measured_work
+        return self.model_flops / work[1] / self.peak_flops if work is not None and self.peak_flops else None
 
     @property
     def recompute_flops(self) -> int:
@@ -207,9 +223,10 @@ class ProfileSummary:
 
     @property
     def hfu(self) -> Optional[float]:
-        """Hardware FLOPs utilisation (the PaLM paper's): the FLOPs the hardware ran, the recomputed
-        forward included, over the same time and peak as :attr:`mfu`, which counts the model's
-        FLOPs only. Equal to the MFU where nothing was recomputed."""
+        """Hardware FLOPs utilisation (the PaLM paper's): the FLOPs the hardware ran (the dense
+        count: masked-out attention included) and the recomputed forward, over the same time and
+        peak as :attr:`mfu`, which counts the model's FLOPs only. Equal to the MFU where nothing
+        was recomputed or masked."""
         work = self.measured_work
         if work is None or not self.peak_flops:
             return None
@@ -252,7 +269,7 @@ class ModelProfile:
         peaks = [rank.summary.peak_flops for rank in self.ranks]
         if slowest is None or not all(peaks):
             return None
-        flops = sum(rank.summary.measured_work[0] for rank in self.ranks)
+        flops = sum(rank.summary.model_flops for rank in self.ranks)
         return flops / (self.ranks[slowest].summary.measured_work[1] * sum(peaks))
 
     @property

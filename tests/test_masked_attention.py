@@ -71,14 +71,19 @@ def llama():
     logging.disable(logging.NOTSET)
 
 
-def test_a_hugging_face_model_causal_and_padded(llama):
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_a_hugging_face_model_causal_and_padded(llama, implementation):
+    """Both attention paths of a Hugging Face model: SDPA (its causal flag, or its mask read as it
+    ran) and eager attention (products and a softmax: the mask read where the softmax takes it)."""
+    llama.config._attn_implementation = implementation
     ids = torch.randint(0, 100, (2, 8))
     padding = torch.ones(2, 8, dtype=torch.long)
     padding[1, :3] = 0  # the second sequence is left-padded by 3
     attention = 1 * H * 2 * 16  # per kept (query, key) pair: 1 layer, 4 query heads, q @ k^T and weights @ v of 16
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for backend in ("jit", "dispatch"):  # no padding: the causal flag, seen by both
+        # no padding: SDPA's causal flag, seen by both front ends; eager attention's mask, read by dispatch
+        for backend in ("jit", "dispatch") if implementation == "sdpa" else ("dispatch",):
             dense = FlopCountAnalysis(llama, {"input_ids": ids}, backend=backend).total()
             masked = FlopCountAnalysis(llama, {"input_ids": ids}, backend=backend, attention="masked").total()
             assert dense - masked == 2 * (64 - 36) * attention
@@ -93,3 +98,52 @@ def test_a_hugging_face_model_causal_and_padded(llama):
     assert "its masks discard" in format_model_profile(profile)
     assert profile_to_dict(profile)["summary"]["masked_out_macs"] == dense - masked
     assert profile.root.find("model.layers.0.self_attn").masked_out_macs == dense - masked
+
+
+class _EagerAttention(nn.Module):
+    """Attention written out: a scaled scores product, an additive mask, softmax, dropout, weights product."""
+
+    def forward(self, q, k, v, mask):
+        scores = torch.matmul(q, k.transpose(-2, -1)) / E**0.5
+        weights = F.dropout(torch.softmax(scores + mask, dim=-1), p=0.1, training=self.training)
+        return torch.matmul(weights, v) @ torch.ones(E, 3)  # a product after attention: counted dense
+
+
+def test_eager_attention_counts_both_products_by_the_scores_its_mask_keeps():
+    length, window = 12, 3
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    band = (j <= i) & (j > i - window)
+    mask = torch.zeros(length, length).masked_fill(~band, torch.finfo(torch.float32).min)
+    q, k, v = _qkv(length, length)
+    kept = int(band.sum())
+    tail = B * H * length * E * 3
+    for model in (_EagerAttention().eval(), _EagerAttention().train()):  # dropout's zeros are not the mask's
+        dense = FlopCountAnalysis(model, (q, k, v, mask), backend="dispatch").total()
+        masked = FlopCountAnalysis(model, (q, k, v, mask), backend="dispatch", attention="masked").total()
+        assert dense == B * H * length * length * 2 * E + tail
+        assert masked == B * H * kept * 2 * E + tail
+        assert masked - tail == _counts((q, k, v, band), "dispatch")[1]  # what SDPA counts with the same mask
+    unmasked = FlopCountAnalysis(_EagerAttention(), (q, k, v, torch.zeros(length, length)), backend="dispatch", attention="masked")
+    assert unmasked.total() == B * H * length * length * 2 * E + tail  # a mask that keeps everything
+
+
+def test_mfu_counts_model_flops_and_hfu_the_dense_work():
+    """PaLM's definitions: MFU over the model's FLOPs (the work the causal mask discards left out),
+    HFU over what the hardware ran (the dense count)."""
+    q, k, v = _qkv(8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        profile = profile_model(_Attention(), (q, k, v, None, True), repeats=2, peak_flops=1e12)
+    summary = profile.summary
+    dense = 2 * B * H * 8 * 8 * 2 * E  # FLOPs of the two products
+    discarded = 2 * B * H * (64 - 36) * 2 * E
+    assert summary.flops == dense and 2 * summary.masked_out_macs == discarded
+    work, seconds = summary.measured_work
+    assert work == dense and summary.model_flops == dense - discarded
+    assert summary.mfu == pytest.approx((dense - discarded) / seconds / 1e12)
+    assert summary.hfu == pytest.approx(dense / seconds / 1e12)
+    printed = format_model_profile(profile)
+    assert "MFU = model FLOPS (masked-out attention left out) per GPU" in printed and "HFU = " in printed
+    exported = profile_to_dict(profile)
+    assert exported["summary"]["model_flops"] == dense - discarded
+    assert exported["modules"][0]["mfu"] == pytest.approx((dense - discarded) / profile.root.latency.median / 1e12)

@@ -26,16 +26,18 @@ IDS = torch.randint(0, 1000, (2, 16))
 
 
 def test_profile_model_reports_mfu_for_the_model_and_each_module():
+    """MFU counts the model's FLOPs: the dense count less what the causal mask discards."""
     profile = profile_model(TinyTransformer().eval(), IDS, repeats=3, peak_flops=PEAK)
     summary = profile.summary
-    assert summary.mfu == pytest.approx(summary.flops / summary.forward.median / PEAK)
+    assert summary.masked_out_macs > 0  # causal attention
+    assert summary.mfu == pytest.approx((summary.flops - 2 * summary.masked_out_macs) / summary.forward.median / PEAK)
     document = profile_to_dict(profile)
     assert document["summary"]["mfu"] == pytest.approx(summary.mfu) and document["summary"]["peak_flops"] == PEAK
     for module, node in zip(document["modules"], profile.root.walk()):
-        assert module["mfu"] == (pytest.approx(node.flops_per_second / PEAK) if node.flops_per_second is not None else None)
+        assert module["mfu"] == (pytest.approx((node.flops - 2 * node.masked_out_macs) / node.latency.median / PEAK) if node.flops_per_second is not None else None)
     printed = format_model_profile(profile)
-    assert re.search(rf"^MFU = FLOPS per GPU / peak FLOPS per GPU: +{100 * summary.mfu:.2f}% of 2 TFLOPS$", printed, re.M)
-    head = profile.root.find("head")
+    assert re.search(rf"^MFU = model FLOPS \(masked-out attention left out\) per GPU / peak FLOPS per GPU: +{100 * summary.mfu:.2f}% of 2 TFLOPS$", printed, re.M)
+    head = profile.root.find("head")  # no attention below: its MFU is its FLOP/s
     assert profile.module_mfu("head") == pytest.approx(head.flops_per_second / PEAK)
     assert f"{100 * head.flops_per_second / PEAK:.2f}% MFU" in printed
 
@@ -49,12 +51,16 @@ def test_the_training_loop_profiler_reports_the_mfu_of_forward_and_backward():
     optimizer.step()
     summary = profiler.profile().summary
     profiler.end_profile()
-    assert summary.mfu == pytest.approx((summary.flops + summary.backward_flops) / (summary.forward.median + summary.backward.median) / PEAK)
+    seconds = summary.forward.median + summary.backward.median
+    discarded = 3 * 2 * summary.masked_out_macs  # the forward's and the backward's (twice the forward's)
+    assert summary.masked_out_macs > 0
+    assert summary.mfu == pytest.approx((summary.flops + summary.backward_flops - discarded) / seconds / PEAK)
+    assert summary.hfu == pytest.approx((summary.flops + summary.backward_flops) / seconds / PEAK)
 
 
 def test_get_model_profile_prints_mfu(capsys):
     get_model_profile(TinyTransformer(), args=[IDS], peak_flops=PEAK, detailed=False, warm_up=0, repeats=2)
-    assert re.search(r"^MFU = FLOPS per GPU / peak FLOPS per GPU: +[\d.]+% of 2 TFLOPS$", capsys.readouterr().out, re.M)
+    assert re.search(r"^MFU = model FLOPS \(masked-out attention left out\) per GPU / peak FLOPS per GPU: +[\d.]+% of 2 TFLOPS$", capsys.readouterr().out, re.M)
 
 
 @pytest.mark.parametrize("name, dtype, tflops", [

@@ -17,7 +17,8 @@ attention="masked")``) counts the useful work instead: the (query, key) pairs th
 ``is_causal`` keeps ``min(i + 1, S)`` keys for query ``i`` (torch's top-left alignment: L(L+1)/2
 when the lengths are equal); an explicit mask (sliding windows, chunks, padding, block-sparse
 patterns) keeps the entries it lets through, read as the op ran (the dispatch backend; a JIT trace
-holds no values, so there an explicit mask counts dense).
+holds no values, so there an explicit mask counts dense). Attention written out in products and a
+softmax counts its two products by the scores the mask keeps (:mod:`jitflops.masked_scores`).
 
 The dispatch front end sees the kernels (flash, memory-efficient, cuDNN, the CPU flash kernel),
 with the same ``query``/``key``/``value`` layout, and their backward: the gradients of query, key
@@ -27,7 +28,8 @@ and value and of the attention weights are four products of the same sizes, twic
 from __future__ import annotations
 
 from ..errors import OpShapeError
-from ..records import OpRecord
+from ..records import OpRecord, TensorMeta
+from .linear_algebra import baddbmm_flops, matmul_flops
 from .registry import FLOP_FORMULAS, FormulaTable
 from .shapes import prod
 
@@ -59,6 +61,11 @@ def attention_backward_flops(op: OpRecord) -> int:
     return 2 * attention_flops(op)
 
 
+SOFTMAX_KINDS = frozenset({"aten::_softmax", "aten::softmax", "aten::_safe_softmax"})
+
+ATTENTION_PRODUCTS = {"aten::bmm": "self", "aten::mm": "self", "aten::matmul": "self", "aten::baddbmm": "batch1"}
+"""The products eager attention is built from, each with its left operand (the weights, in ``weights @ value``)."""
+
 MASKED_ATTENTION_FORMULAS = FormulaTable("mask-aware attention formulas")
 """The forward attention ops counted by the pairs their mask keeps (the ``attention="masked"`` convention)."""
 
@@ -83,3 +90,15 @@ def masked_attention_flops(op: OpRecord) -> int:
     else:
         return dense
     return dense * kept // pairs
+
+
+@MASKED_ATTENTION_FORMULAS.register(*ATTENTION_PRODUCTS)
+def masked_product_flops(op: OpRecord) -> int:
+    """Eager attention (``softmax(q @ k^T + mask) @ v`` in products): the scores product counts the
+    scores its mask keeps, the weights product the weights it keeps, where the dispatch backend
+    marked them (:mod:`jitflops.masked_scores`); any other product counts dense."""
+    dense = baddbmm_flops(op) if op.kind == "aten::baddbmm" else matmul_flops(op)
+    for meta in (op.outputs[0], op.arg(ATTENTION_PRODUCTS[op.kind])):
+        if isinstance(meta, TensorMeta) and meta.kept is not None:
+            return dense * meta.kept // meta.numel
+    return dense

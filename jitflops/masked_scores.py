@@ -1,0 +1,68 @@
+"""Eager attention's mask, paired with its two products as the dispatch backend records them.
+
+Attention written out in products (Hugging Face's ``eager`` implementation, most research code)
+runs ``scores = q @ k^T``, adds the mask (``-inf`` or the dtype's minimum where attention is
+masked), takes ``softmax`` and multiplies ``weights @ v``. The mask itself never reaches a product:
+the softmax's input is where it shows, read as the op ran (how many scores it keeps). The
+mask-aware convention (:data:`~jitflops.handles.attention.MASKED_ATTENTION_FORMULAS`) counts both
+products by that share, so this marks them in the records:
+
+* the scores product: the nearest product before the softmax, in the same module, whose output has
+  as many entries as the softmax's input (its output is marked with the kept count);
+* the weights product: the first product after it, in the same module, whose left operand has as
+  many entries (its left operand is marked).
+
+Nothing is marked where the softmax masks nothing, so the dense count and every other product stay
+as they were. A JIT trace holds no values: there eager attention counts dense.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .handles.attention import ATTENTION_PRODUCTS, SOFTMAX_KINDS
+from .records import BACKWARD, EagerOpRecord, TensorMeta
+
+LOOK_BACK = 8
+"""How many ops before a softmax the scores product may be (a scale, a mask add, a cast between)."""
+
+
+def _entries(value: object) -> int | None:
+    return value.numel if isinstance(value, TensorMeta) and value.shape is not None else None
+
+
+class MaskedScorePairing:
+    """Marks the products of eager attention in a dispatch recording's records as they come
+    (:meth:`after` each record)."""
+
+    def __init__(self, records: list[tuple[str, EagerOpRecord]]) -> None:
+        self.records = records
+        self._waiting: dict[tuple[str, str], TensorMeta] = {}
+        """A masked softmax's input, by (scope, phase), until its weights product comes."""
+
+    def after(self, path: str, record: EagerOpRecord) -> None:
+        if record.phase == BACKWARD:
+            return
+        if record.kind in SOFTMAX_KINDS:
+            self._softmax(path, record)
+        elif record.kind in ATTENTION_PRODUCTS and self._waiting:
+            self._weights_product(path, record)
+
+    def _softmax(self, path: str, record: EagerOpRecord) -> None:
+        scores = record.inputs[0]
+        if not isinstance(scores, TensorMeta) or scores.kept is None or scores.kept == _entries(scores):
+            return
+        for earlier_path, earlier in reversed(self.records[-LOOK_BACK - 1:-1]):
+            if earlier_path == path and earlier.kind in ATTENTION_PRODUCTS and _entries(earlier.outputs[0]) == scores.numel:
+                earlier.outputs[0] = replace(earlier.outputs[0], kept=scores.kept)
+                break
+        self._waiting[(path, record.phase)] = scores
+
+    def _weights_product(self, path: str, record: EagerOpRecord) -> None:
+        scores = self._waiting.get((path, record.phase))
+        if scores is None:
+            return
+        index = record.arg_names.index(ATTENTION_PRODUCTS[record.kind]) if record.arg_names else 0
+        if _entries(record.inputs[index]) == scores.numel:
+            record.inputs[index] = replace(record.inputs[index], kept=scores.kept)
+            del self._waiting[(path, record.phase)]
