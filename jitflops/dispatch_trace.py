@@ -40,6 +40,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.module_tracker import ModuleTracker
 
 from .errors import TraceError
+from .flex_attention_ops import FLEX_ATTENTION_ARGUMENTS, FLEX_ATTENTION_KIND, flex_attention_uncompiled, register_flex_attention
 from .handles.attention import SOFTMAX_KINDS
 from .handles.spectral import FFT_KINDS
 from .masked_scores import MaskedScorePairing
@@ -418,6 +419,19 @@ class DispatchTrace:
         """The model's warnings were shown as it ran."""
 
 
+def _record_operator(recorder: _OpRecorder, inputs: list[Any], output: Any) -> None:
+    """A higher-order operator's call as one op (``flex_attention``: :mod:`jitflops.flex_attention_ops`)."""
+    if recorder.inside_function_level_op or recorder.inside_fake_op:
+        return
+    path = recorder._current_scope()
+    outputs = [_decode(value) for value in (output if isinstance(output, (list, tuple)) else (output,))]
+    record = EagerOpRecord(FLEX_ATTENTION_KIND, inputs, outputs, FLEX_ATTENTION_ARGUMENTS, path.rpartition("/")[2], recorder.tracker.phase)
+    recorder.records.append((path, record))
+
+
+register_flex_attention(_OpRecorder, _record_operator, _decode)
+
+
 def default_backward(output: Any) -> None:
     """Backward from the sum of every floating-point output that requires grad."""
     losses = [t.float().sum() for t in tensor_leaves(output) if t.requires_grad and t.is_floating_point()]
@@ -459,6 +473,7 @@ def record_with_dispatch(
         with (
             own_cycles_collected(lambda: recorder is not None and recorder.ran_collectives),
             preserved(model, values_on_write=True) as snapshot,
+            flex_attention_uncompiled(),
             torch.set_grad_enabled(backward is not None),
             tracker,
             _OpRecorder(tracker, module_names, snapshot.save_before_write, fake_inputs) as recorder,

@@ -147,3 +147,38 @@ def test_mfu_counts_model_flops_and_hfu_the_dense_work():
     exported = profile_to_dict(profile)
     assert exported["summary"]["model_flops"] == dense - discarded
     assert exported["modules"][0]["mfu"] == pytest.approx((dense - discarded) / profile.root.latency.median / 1e12)
+
+
+def test_flex_attention_counts_the_blocks_its_mask_keeps():
+    """``flex_attention``: dense by default, as SDPA; mask-aware, the (query, key) pairs inside the
+    blocks the block mask keeps (what a block-sparse kernel computes), blocks at the ends partial.
+    Torch's JIT cannot trace it: the default call counts it by dispatch."""
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    import torch.nn.attention.flex_attention  # noqa: F401  (the module, for its debug switch below)
+
+    def causal(b, h, q, kv):
+        return q >= kv
+
+    def window(b, h, q, kv):
+        return (q >= kv) & (q - kv < 64)
+
+    cases = [
+        (causal, 200, 128, 128 * 128 + 72 * (128 + 72)),  # query block 0 keeps key block 0; block 1 (72 rows) both
+        (window, 256, 64, (1 + 2 * 3) * 64 * 64),  # each query block keeps its own key block and the one before
+    ]
+    for mask_mod, length, block, kept in cases:
+        block_mask = flex.create_block_mask(mask_mod, None, None, length, length, device="cpu", BLOCK_SIZE=block)
+
+        class Flex(nn.Module):
+            def forward(self, q, k, v):
+                return flex.flex_attention(q, k, v, block_mask=block_mask)
+
+        inputs = _qkv(length, length)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dense = FlopCountAnalysis(Flex(), inputs)
+            masked = FlopCountAnalysis(Flex(), inputs, attention="masked")
+            assert dense.counted_by == "dispatch" and dense.unsupported_ops() == {}
+            assert dense.total() == B * H * length * length * 2 * E == _counts((*inputs, None), "dispatch")[0]
+            assert masked.total() == B * H * kept * 2 * E
+    assert torch.nn.attention.flex_attention._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG is False  # put back

@@ -48,7 +48,7 @@ ATTENTION_KERNELS = (
 )
 
 
-@FLOP_FORMULAS.register("aten::scaled_dot_product_attention", *ATTENTION_KERNELS)
+@FLOP_FORMULAS.register("aten::scaled_dot_product_attention", "higher_order::flex_attention", *ATTENTION_KERNELS)
 def attention_flops(op: OpRecord) -> int:
     query, key, value = op.shape("query"), op.shape("key"), op.shape("value")
     if len(query) < 2 or key[-1] != query[-1] or key[-2] != value[-2]:
@@ -77,12 +77,12 @@ def causal_pairs(target_length: int, source_length: int) -> int:
     return source_length * (source_length + 1) // 2 + (target_length - source_length) * source_length
 
 
-@MASKED_ATTENTION_FORMULAS.register("aten::scaled_dot_product_attention", *ATTENTION_KERNELS)
+@MASKED_ATTENTION_FORMULAS.register("aten::scaled_dot_product_attention", "higher_order::flex_attention", *ATTENTION_KERNELS)
 def masked_attention_flops(op: OpRecord) -> int:
     dense = attention_flops(op)
     query, key = op.shape("query"), op.shape("key")
     pairs = prod(query[:-2]) * query[-2] * key[-2]
-    mask = op.arg_or("attn_mask", None)
+    mask = op.arg_or("attn_mask", None) or op.arg_or("block_mask", None)
     if mask is not None and mask.kept is not None:
         kept = mask.kept * (pairs // mask.numel)  # the mask broadcast over the heads (and batch) it omits
     elif op.arg_or("is_causal", False):
