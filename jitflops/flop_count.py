@@ -8,8 +8,13 @@ from typing import Any, Counter, DefaultDict, Optional, Union
 from torch import nn
 
 from .jit_analysis import JitModelAnalysis, per_operator_in_units
-from .dispatch_trace import BackwardFn
+from .counting import Statistics
+from .dispatch_trace import BackwardFn, record_with_dispatch
 from .handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, MASKED_ATTENTION_FORMULAS, Handle
+from .jit_mask_readings import MaskReadingTrace
+from .meta_values import holds_meta
+from .op_source import OpSource
+from .scoped_trace import ScopedTrace
 
 
 ATTENTION_CONVENTIONS = ("dense", "masked")
@@ -62,6 +67,15 @@ class FlopCountAnalysis(JitModelAnalysis):
     @classmethod
     def _default_handles(cls) -> dict[str, Handle]:
         return _DEFAULT_SUPPORTED_OPS
+
+    def _analyze(self, trace: OpSource) -> Statistics:
+        """Under the mask-aware convention a JIT trace's masks are read by one eager run of the call
+        (:mod:`jitflops.jit_mask_readings`), unless counting may not compute (``compute=False``)
+        or there are no values to read (the meta device)."""
+        reads_masks = self._compute is not False and not holds_meta(list(self._model.parameters()), self._call)
+        if self._attention == "masked" and isinstance(trace, ScopedTrace) and reads_masks:
+            trace = MaskReadingTrace(trace, lambda: record_with_dispatch(self._model, self._call, self._aliases))
+        return super()._analyze(trace)
 
     def _new_like(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> "FlopCountAnalysis":
         return type(self)(model, inputs, kwargs, elementwise=self._elementwise, attention=self._attention, **self._front_end_settings())

@@ -13,7 +13,8 @@ products by that share, so this marks them in the records:
   many entries (its left operand is marked).
 
 Nothing is marked where the softmax masks nothing, so the dense count and every other product stay
-as they were. A JIT trace holds no values: there eager attention counts dense.
+as they were. A JIT trace's ops are marked the same way, with what one eager run read
+(:mod:`jitflops.jit_mask_readings`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .handles.attention import ATTENTION_PRODUCTS, SOFTMAX_KINDS
-from .records import BACKWARD, EagerOpRecord, TensorMeta
+from .records import BACKWARD, OpRecord, TensorMeta
 
 LOOK_BACK = 8
 """How many ops before a softmax the scores product may be (a scale, a mask add, a cast between)."""
@@ -35,12 +36,12 @@ class MaskedScorePairing:
     """Marks the products of eager attention in a dispatch recording's records as they come
     (:meth:`after` each record)."""
 
-    def __init__(self, records: list[tuple[str, EagerOpRecord]]) -> None:
+    def __init__(self, records: list[tuple[str, OpRecord]]) -> None:
         self.records = records
         self._waiting: dict[tuple[str, str], TensorMeta] = {}
         """A masked softmax's input, by (scope, phase), until its weights product comes."""
 
-    def after(self, path: str, record: EagerOpRecord) -> None:
+    def after(self, path: str, record: OpRecord) -> None:
         if record.phase == BACKWARD:
             return
         if record.kind in SOFTMAX_KINDS:
@@ -48,8 +49,8 @@ class MaskedScorePairing:
         elif record.kind in ATTENTION_PRODUCTS and self._waiting:
             self._weights_product(path, record)
 
-    def _softmax(self, path: str, record: EagerOpRecord) -> None:
-        scores = record.inputs[0]
+    def _softmax(self, path: str, record: OpRecord) -> None:
+        scores = record.input(0)
         if not isinstance(scores, TensorMeta) or scores.kept is None or scores.kept == _entries(scores):
             return
         for earlier_path, earlier in reversed(self.records[-LOOK_BACK - 1:-1]):
@@ -58,11 +59,11 @@ class MaskedScorePairing:
                 break
         self._waiting[(path, record.phase)] = scores
 
-    def _weights_product(self, path: str, record: EagerOpRecord) -> None:
+    def _weights_product(self, path: str, record: OpRecord) -> None:
         scores = self._waiting.get((path, record.phase))
         if scores is None:
             return
         index = record.arg_names.index(ATTENTION_PRODUCTS[record.kind]) if record.arg_names else 0
-        if _entries(record.inputs[index]) == scores.numel:
-            record.inputs[index] = replace(record.inputs[index], kept=scores.kept)
+        if _entries(record.input(index)) == scores.numel:
+            record.set_input(index, replace(record.input(index), kept=scores.kept))
             del self._waiting[(path, record.phase)]

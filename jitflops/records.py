@@ -199,6 +199,10 @@ class JitOpRecord(OpRecord):
     def inputs(self) -> list[Any]:
         return [self.input(index) for index in range(self.node.inputsSize())]
 
+    def set_input(self, index: int, value: Any) -> None:
+        """Replace a decoded argument: what a front end read of it as the op ran (a mask's kept entries)."""
+        self._decoded[index] = value
+
     @property
     def outputs(self) -> list[Any]:
         if self._outputs is None:
@@ -241,6 +245,10 @@ class EagerOpRecord(OpRecord):
     @property
     def inputs(self) -> list[Any]:
         return self._inputs
+
+    def set_input(self, index: int, value: Any) -> None:
+        """Replace a decoded argument: what a front end read of it as the op ran (a mask's kept entries)."""
+        self._inputs[index] = value
 
     @property
     def outputs(self) -> list[Any]:

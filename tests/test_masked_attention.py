@@ -3,6 +3,7 @@ masks, against hand counts of the (query, key) pairs each keeps."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import warnings
 
@@ -55,7 +56,7 @@ def test_a_sliding_window_mask_keeps_its_band_where_the_values_are_read():
     assert masked == B * H * kept * 2 * E and dense == B * H * length * length * 2 * E
     additive = torch.zeros(length, length).masked_fill(~band, float("-inf"))  # the same band as an additive mask
     assert _counts((*_qkv(length, length), additive), "dispatch")[1] == masked
-    assert _counts(inputs, "jit") == (dense, dense)  # a trace holds no mask values: counted dense
+    assert _counts(inputs, "jit") == (dense, masked)  # the JIT's masks, read by one eager run
 
 
 @pytest.fixture
@@ -82,17 +83,17 @@ def test_a_hugging_face_model_causal_and_padded(llama, implementation):
     attention = 1 * H * 2 * 16  # per kept (query, key) pair: 1 layer, 4 query heads, q @ k^T and weights @ v of 16
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # no padding: SDPA's causal flag, seen by both front ends; eager attention's mask, read by dispatch
-        for backend in ("jit", "dispatch") if implementation == "sdpa" else ("dispatch",):
+        inputs = {"input_ids": ids, "attention_mask": padding}
+        for backend in ("jit", "dispatch"):
+            # no padding: SDPA's causal flag, or eager attention's causal mask
             dense = FlopCountAnalysis(llama, {"input_ids": ids}, backend=backend).total()
             masked = FlopCountAnalysis(llama, {"input_ids": ids}, backend=backend, attention="masked").total()
-            assert dense - masked == 2 * (64 - 36) * attention
-        inputs = {"input_ids": ids, "attention_mask": padding}
-        dense = FlopCountAnalysis(llama, inputs, backend="dispatch").total()
-        masked = FlopCountAnalysis(llama, inputs, backend="dispatch", attention="masked").total()
-        # the first sequence keeps 36 pairs; in the second, padded keys are dropped for every query
-        # and padded queries see nothing: queries 3..7 see 1..5 keys
-        assert dense - masked == (2 * 64 - (36 + 15)) * attention
+            assert dense - masked == 2 * (64 - 36) * attention, backend
+            dense = FlopCountAnalysis(llama, inputs, backend=backend).total()
+            masked = FlopCountAnalysis(llama, inputs, backend=backend, attention="masked").total()
+            # the first sequence keeps 36 pairs; in the second, padded keys are dropped for every
+            # query and padded queries see nothing: queries 3..7 see 1..5 keys
+            assert dense - masked == (2 * 64 - (36 + 15)) * attention, backend
         profile = profile_model(llama, inputs, timed=False, backend="dispatch")
     assert profile.summary.masked_out_macs == dense - masked and profile.summary.macs == dense
     assert "its masks discard" in format_model_profile(profile)
@@ -117,9 +118,9 @@ def test_eager_attention_counts_both_products_by_the_scores_its_mask_keeps():
     q, k, v = _qkv(length, length)
     kept = int(band.sum())
     tail = B * H * length * E * 3
-    for model in (_EagerAttention().eval(), _EagerAttention().train()):  # dropout's zeros are not the mask's
-        dense = FlopCountAnalysis(model, (q, k, v, mask), backend="dispatch").total()
-        masked = FlopCountAnalysis(model, (q, k, v, mask), backend="dispatch", attention="masked").total()
+    for model, backend in itertools.product((_EagerAttention().eval(), _EagerAttention().train()), ("jit", "dispatch")):  # dropout's zeros are not the mask's
+        dense = FlopCountAnalysis(model, (q, k, v, mask), backend=backend).total()
+        masked = FlopCountAnalysis(model, (q, k, v, mask), backend=backend, attention="masked").total()
         assert dense == B * H * length * length * 2 * E + tail
         assert masked == B * H * kept * 2 * E + tail
         assert masked - tail == _counts((q, k, v, band), "dispatch")[1]  # what SDPA counts with the same mask

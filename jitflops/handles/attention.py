@@ -16,8 +16,8 @@ The mask-aware convention (:data:`MASKED_ATTENTION_FORMULAS`, ``FlopCountAnalysi
 attention="masked")``) counts the useful work instead: the (query, key) pairs the mask keeps.
 ``is_causal`` keeps ``min(i + 1, S)`` keys for query ``i`` (torch's top-left alignment: L(L+1)/2
 when the lengths are equal); an explicit mask (sliding windows, chunks, padding, block-sparse
-patterns) keeps the entries it lets through, read as the op ran (the dispatch backend; a JIT trace
-holds no values, so there an explicit mask counts dense). Attention written out in products and a
+patterns) keeps the entries it lets through, read as the op ran (by the dispatch backend; under the
+JIT, whose trace holds no values, by one eager run: :mod:`jitflops.jit_mask_readings`). Attention written out in products and a
 softmax counts its two products by the scores the mask keeps (:mod:`jitflops.masked_scores`).
 
 The dispatch front end sees the kernels (flash, memory-efficient, cuDNN, the CPU flash kernel),
