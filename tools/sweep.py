@@ -47,7 +47,7 @@ shrinking breaks (fixed head dims, rope sections, hybrid layer patterns)."""
 SHRINK = {
     **DEPTH,
     # sizes
-    "hidden_size": 64, "d_model": 64, "n_embd": 64, "embed_dim": 64, "dim": 64, "projection_dim": 32,
+    "hidden_size": 64, "d_model": 64, "n_embd": 64, "embed_dim": 64, "dim": 64, "projection_dim": 32, "out_hidden_size": 64,
     "intermediate_size": 128, "ffn_dim": 128, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "d_ff": 128, "n_inner": 128,
     "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
     # heads
@@ -194,6 +194,42 @@ def _inputs(model: Any, config: Any, image_tokens: int = 0) -> dict[str, Any]:
     return inputs
 
 
+def _input_variants(model: Any, config: Any, inputs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Other inputs to try where the first ones fail, each a modality's other layout: no cache
+    (hybrid models whose cache has no attention layer to measure), video frames (``(1, frames,
+    channels, height, width)``), audio features time-major and raw audio with a channel dimension,
+    and Qwen-VL's flattened patches with their grid (``image_grid_thw``, as many image tokens as
+    merged patches, and which ids they are where the model asks)."""
+    import torch
+
+    parameters = inspect.signature(model.forward).parameters
+    no_cache = {"use_cache": False} if "use_cache" in parameters else {}
+    inputs = {**inputs, **no_cache}
+    variants = [inputs] if no_cache else []
+    pixels = inputs.get("pixel_values")
+    if pixels is not None and pixels.dim() == 4:
+        frames = getattr(config, "num_frames", None) or getattr(getattr(config, "vision_config", None), "num_frames", None) or 1
+        variants.append({**inputs, "pixel_values": pixels.unsqueeze(1).expand(-1, frames, -1, -1, -1).contiguous()})
+    features = inputs.get("input_features")
+    if features is not None:
+        variants.append({**inputs, "input_features": features.transpose(1, 2).contiguous()})
+    values = inputs.get("input_values")
+    if values is not None and values.dim() == 2:
+        variants.append({**inputs, "input_values": values.unsqueeze(1).expand(-1, getattr(config, "audio_channels", 1) or 1, -1).contiguous()})
+    vision = getattr(config, "vision_config", None)
+    merge, temporal = getattr(vision, "spatial_merge_size", None), getattr(vision, "temporal_patch_size", None)
+    if pixels is not None and merge and temporal and "image_grid_thw" in parameters:
+        side = 2 * merge
+        patch, channels = getattr(vision, "patch_size", 14), getattr(vision, "in_channels", 3)
+        tokens = side * side // (merge * merge)
+        grid = {**_inputs(model, config, tokens), **no_cache}
+        grid.update(pixel_values=torch.randn(side * side, channels * temporal * patch * patch), image_grid_thw=torch.tensor([[1, side, side]]))
+        if "mm_token_type_ids" in parameters:  # which ids are image tokens, as the processor says (M-RoPE)
+            grid["mm_token_type_ids"] = (grid["input_ids"] == _image_token_id(config)).long()
+        variants.append(grid)
+    return variants
+
+
 def _tensor_states(model: Any) -> dict[str, tuple]:
     """Each parameter's and buffer's values, ``requires_grad`` and ``.grad``, copied."""
     tensors = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
@@ -249,14 +285,7 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
             result.status, result.error = "build failed", f"{type(error).__name__}: {str(error)[:300]}"
             continue
         try:
-            try:
-                result.flop_counter = _eager_flops(model, inputs)
-            except Exception as error:  # a multimodal model that wants its image tokens: once more with them
-                wanted = _image_tokens_wanted(error)
-                if not wanted:
-                    raise
-                inputs = _inputs(model, config, wanted)
-                result.flop_counter = _eager_flops(model, inputs)
+            result.flop_counter, inputs = _first_that_runs(model, config, inputs)
             break
         except Exception as error:
             result.status, result.error = "eager failed", f"{type(error).__name__}: {str(error)[:300]}"
@@ -284,6 +313,24 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
     result.status = "counted"
     result.seconds = round(time.perf_counter() - start, 2)
     return result
+
+
+def _first_that_runs(model: Any, config: Any, inputs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """``FlopCounterMode``'s flops of the first inputs the model runs on: ``inputs``, then with the
+    image tokens a multimodal model asks for, then each of :func:`_input_variants`; the first
+    error where none runs."""
+    try:
+        return _eager_flops(model, inputs), inputs
+    except Exception as error:
+        first = error
+    wanted = _image_tokens_wanted(first)
+    candidates = ([_inputs(model, config, wanted)] if wanted else []) + _input_variants(model, config, inputs)
+    for candidate in candidates:
+        try:
+            return _eager_flops(model, candidate), candidate
+        except Exception:
+            continue
+    raise first
 
 
 def _eager_flops(model: Any, inputs: dict[str, Any]) -> float:
