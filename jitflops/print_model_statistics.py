@@ -79,6 +79,9 @@ def _indicate_uncalled_modules(
     return marked
 
 
+MASKED_COLUMN = "#flops (masks followed)"
+
+
 def _analysis_columns(flops: FlopCountAnalysis, activations: Optional[ActivationCountAnalysis], flops_name: str, acts_name: str) -> dict[str, dict[str, int]]:
     columns = {flops_name: dict(flops.by_module(emit_warnings=False))}
     if activations is not None:
@@ -249,6 +252,7 @@ def flop_count_table(
     latency: Optional[Mapping[str, LatencyStats]] = None,
     module_order: str = "fvcore",
     show_shapes: bool = False,
+    masked_attention: bool = False,
 ) -> str:
     """Parameters and flops (and activations) per module, as a table down to ``max_depth``.
 
@@ -258,11 +262,15 @@ def flop_count_table(
     ``module_order``: ``"fvcore"`` lists modules with parameters first, as fvcore does;
     ``"execution"`` lists siblings in the order the forward ran them (modules that ran no op last).
     ``show_shapes`` adds each module's output shapes (JIT backend), as torchinfo does.
+    ``masked_attention`` adds the mask-aware count beside (``#flops (masks followed)``: attention
+    counted by the (query, key) pairs its masks keep, from the same recording).
     """
     params_column = "#parameters" + (" or shape" if show_param_shapes else "")
     model = flops._model
     columns = {params_column: {"": 0, **parameter_count(model)}}  # a model without parameters shows 0
     columns.update(_analysis_columns(flops, activations, "#flops", "#activations"))
+    if masked_attention:
+        columns[MASKED_COLUMN] = dict(flops.masked_attention().by_module(emit_warnings=False))
     stats = _remove_zero_statistics(_group_by_module(columns), require_trivial_children=True)
     printed = _pretty_statistics(stats)
     printed = _indicate_uncalled_modules(printed, "#flops", flops.uncalled_modules(emit_warnings=False) & printed.keys(), "")
@@ -284,4 +292,6 @@ def flop_count_table(
     table = _model_stats_table(printed, max_depth, list(columns) + shape_columns + latency_columns)
     if show_convention:
         table += f"\n\nCounting convention: {flops.convention()}"
+        if masked_attention:
+            table += f"; {MASKED_COLUMN}: attention by the pairs its masks keep"
     return table

@@ -183,3 +183,24 @@ def test_flex_attention_counts_the_blocks_its_mask_keeps():
             assert dense.total() == B * H * length * length * 2 * E == _counts((*inputs, None), "dispatch")[0]
             assert masked.total() == B * H * kept * 2 * E
     assert torch.nn.attention.flex_attention._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG is False  # put back
+
+
+def test_the_table_shows_both_conventions_side_by_side():
+    from jitflops import flop_count_table
+
+    class Projected(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = nn.Linear(E, E)
+
+        def forward(self, x):
+            q = self.q(x).view(B, 8, H, E // H).transpose(1, 2)
+            return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    table = flop_count_table(FlopCountAnalysis(Projected(), torch.randn(B, 8, E)), masked_attention=True)
+    linear = B * 8 * E * E
+    dense, kept = B * H * 64 * 2 * (E // H), B * H * 36 * 2 * (E // H)  # 64 pairs, 36 of them causal
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[3:5]] for line in table.splitlines() if line.startswith("| ")}
+    assert rows["model"] == [f"{(linear + dense) / 1e3:g}K", f"{(linear + kept) / 1e3:g}K"]
+    assert rows["q"] == [f"{linear / 1e3:g}K"] * 2
+    assert table.rstrip().endswith("#flops (masks followed): attention by the pairs its masks keep")
