@@ -204,3 +204,21 @@ def test_the_table_shows_both_conventions_side_by_side():
     assert rows["model"] == [f"{(linear + dense) / 1e3:g}K", f"{(linear + kept) / 1e3:g}K"]
     assert rows["q"] == [f"{linear / 1e3:g}K"] * 2
     assert table.rstrip().endswith("#flops (masks followed): attention by the pairs its masks keep")
+
+
+@pytest.mark.parametrize("backend", ["jit", "dispatch"])
+def test_chunked_and_packed_masks_keep_each_chunk_causal(backend):
+    """Chunked local attention (Llama 4's) and packed sequences (a document mask) are both a
+    block-diagonal causal mask: query i sees the keys of its own chunk up to itself. Held for SDPA
+    with the mask and for eager attention with it added to the scores."""
+    length, chunk = 12, 4
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    chunks = (i // chunk == j // chunk) & (j <= i)
+    kept = (length // chunk) * chunk * (chunk + 1) // 2  # 3 chunks of 4 queries: 1 + 2 + 3 + 4 keys each
+    assert kept == int(chunks.sum()) == 30
+    q, k, v = _qkv(length, length)
+    sdpa = FlopCountAnalysis(_Attention(), (q, k, v, chunks), backend=backend, attention="masked").total()
+    assert sdpa == B * H * kept * 2 * E
+    additive = torch.zeros(length, length).masked_fill(~chunks, float("-inf"))
+    eager = FlopCountAnalysis(_EagerAttention(), (q, k, v, additive), backend=backend, attention="masked").total()
+    assert eager == sdpa + B * H * length * E * 3  # the product after attention, dense
