@@ -123,6 +123,39 @@ class ArchitectureResult:
         )
 
 
+def _nested(config: Any, name: str) -> Any:
+    """``config.name``, or the first nested config's (an audio model's ``encoder_config``)."""
+    value = getattr(config, name, None)
+    if value is not None:
+        return value
+    for nested in vars(config).values():
+        if hasattr(nested, "to_dict") and hasattr(nested, "model_type"):
+            value = _nested(nested, name)
+            if value is not None:
+                return value
+    return None
+
+
+_MULTIMODAL_ROPE_TEXT = re.compile(r"^(glm4v|glm46v|glm_image|qwen2_5_vl|qwen2_vl|qwen3_vl)\w*_text$")
+
+
+def _fit_multimodal_rope(config: Any) -> None:
+    """Qwen-VL's and GLM-V's multimodal rotary embedding splits each head's rotary half into
+    sections (time, height, width) whose sizes the model defaults to for its own head size: they are
+    set to about the same 2:3:3 split of the shrunk head's rotary half (its partial rotary factor's)."""
+    vision = getattr(config, "vision_config", None)
+    if getattr(vision, "spatial_merge_size", None):
+        text = getattr(config, "text_config", None)
+    else:  # a text tower of such a model, built alone (GLM-4V's)
+        text = config if _MULTIMODAL_ROPE_TEXT.search(getattr(config, "model_type", "")) else None
+    if text is None or not isinstance(getattr(text, "rope_parameters", None), dict):
+        return
+    head = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    partial = getattr(text, "partial_rotary_factor", None) or text.rope_parameters.get("partial_rotary_factor", 1.0)
+    half = int(head * partial) // 2
+    text.rope_parameters = {**text.rope_parameters, "mrope_section": [half - 2 * (3 * half // 8), 3 * half // 8, 3 * half // 8]}
+
+
 def _shrink(config: Any, sizes: dict[str, int]) -> None:
     for key, value in list(vars(config).items()):
         if key in sizes and isinstance(value, int) and not isinstance(value, bool) and value > sizes[key]:
@@ -134,6 +167,7 @@ def _shrink(config: Any, sizes: dict[str, int]) -> None:
         too_large = sorted(key for key, value in vars(config).items() if key.endswith(("_token_id", "_token_index")) and isinstance(value, int) and value >= vocabulary)
         for offset, key in enumerate(too_large, 1):  # distinct ids at the top of the vocabulary
             setattr(config, key, vocabulary - offset)
+    _fit_multimodal_rope(config)
     layers = getattr(config, "num_hidden_layers", None)
     for key in ("layer_types", "mlp_only_layers"):
         value = getattr(config, key, None)
@@ -186,7 +220,7 @@ def _inputs(model: Any, config: Any, image_tokens: int = 0) -> dict[str, Any]:
         inputs["input_values"] = torch.randn(1, 4000)
     if name == "input_features":
         frames = 3000 if "whisper" in type(config).__name__.lower() else 64
-        inputs["input_features"] = torch.randn(1, getattr(config, "num_mel_bins", 80), frames)
+        inputs["input_features"] = torch.randn(1, _nested(config, "num_mel_bins") or 80, frames)
     if not inputs:
         raise ValueError(f"no input recipe for main input {name!r}")
     if getattr(config, "is_encoder_decoder", False):
