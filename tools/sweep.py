@@ -216,6 +216,8 @@ def _inputs(model: Any, config: Any, image_tokens: int = 0) -> dict[str, Any]:
         inputs["pixel_values"] = torch.randn(1, getattr(vision, "num_channels", 3), size, size)
         if "image_sizes" in inspect.signature(model.forward).parameters:
             inputs["image_sizes"] = torch.tensor([[size, size]])
+    if name == "past_values":  # a time series: the context window of every input channel
+        inputs["past_values"] = torch.randn(1, config.context_length, getattr(config, "num_input_channels", 1))
     if name == "input_values":
         inputs["input_values"] = torch.randn(1, 4000)
     if name == "input_features":
@@ -230,7 +232,7 @@ def _inputs(model: Any, config: Any, image_tokens: int = 0) -> dict[str, Any]:
 
 def _input_variants(model: Any, config: Any, inputs: dict[str, Any]) -> list[dict[str, Any]]:
     """Other inputs to try where the first ones fail, each a modality's other layout: no cache
-    (hybrid models whose cache has no attention layer to measure), video frames (``(1, frames,
+    (hybrid models whose cache has no attention layer to measure), a larger image (detectors), video frames (``(1, frames,
     channels, height, width)``), audio features time-major and raw audio with a channel dimension,
     and Qwen-VL's flattened patches with their grid (``image_grid_thw``, as many image tokens as
     merged patches, and which ids they are where the model asks)."""
@@ -241,6 +243,8 @@ def _input_variants(model: Any, config: Any, inputs: dict[str, Any]) -> list[dic
     inputs = {**inputs, **no_cache}
     variants = [inputs] if no_cache else []
     pixels = inputs.get("pixel_values")
+    if pixels is not None and pixels.dim() == 4 and pixels.shape[-1] < 320:  # detectors rank more anchors than a small image has
+        variants.append({**inputs, "pixel_values": torch.randn(*pixels.shape[:2], 320, 320)})
     if pixels is not None and pixels.dim() == 4:
         frames = getattr(config, "num_frames", None) or getattr(getattr(config, "vision_config", None), "num_frames", None) or 1
         variants.append({**inputs, "pixel_values": pixels.unsqueeze(1).expand(-1, frames, -1, -1, -1).contiguous()})
@@ -350,16 +354,21 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
 
 
 def _first_that_runs(model: Any, config: Any, inputs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    """``FlopCounterMode``'s flops of the first inputs the model runs on: ``inputs``, then with the
-    image tokens a multimodal model asks for, then each of :func:`_input_variants`; the first
-    error where none runs."""
-    try:
-        return _eager_flops(model, inputs), inputs
-    except Exception as error:
-        first = error
-    wanted = _image_tokens_wanted(first)
-    candidates = ([_inputs(model, config, wanted)] if wanted else []) + _input_variants(model, config, inputs)
-    for candidate in candidates:
+    """``FlopCounterMode``'s flops of the first inputs the model runs on: ``inputs``, then each of
+    :func:`_input_variants`, each once more with the image tokens a multimodal model asks for
+    where it says how many; the first error where none runs."""
+    first: Optional[Exception] = None
+    for candidate in [inputs, *_input_variants(model, config, inputs)]:
+        try:
+            return _eager_flops(model, candidate), candidate
+        except Exception as error:  # a multimodal model that wants its image tokens: once more with them
+            first = first or error
+            wanted = _image_tokens_wanted(error)
+            if not wanted:
+                continue
+        candidate = {**candidate, "input_ids": _inputs(model, config, wanted)["input_ids"]}
+        if "mm_token_type_ids" in candidate:
+            candidate["mm_token_type_ids"] = (candidate["input_ids"] == _image_token_id(config)).long()
         try:
             return _eager_flops(model, candidate), candidate
         except Exception:
