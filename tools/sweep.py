@@ -408,6 +408,38 @@ def run_with_time_limit(task: tuple[str, str]) -> dict:
         signal.alarm(0)
 
 
+def _report(result: dict, index: int, total: int) -> None:
+    faults = [k for k in ("error", "jit_error", "dispatch_error", "training_error", "changed") if result.get(k)] + (["unsupported"] if result.get("unsupported") else [])
+    if result["status"] == "counted" and result["jit"] != result["dispatch"]:
+        faults.append(f"jit {result['jit']} != dispatch {result['dispatch']}")
+    print(f"[{index}/{total}] {result['model_type']}: {result['status']} {' '.join(faults)}", flush=True)
+
+
+def run_all(tasks: list[tuple[str, str]], workers: int) -> list[dict]:
+    """Every task in worker processes, results in order. A worker that hangs where the time limit
+    cannot reach (a wait inside torch's C++) is stopped with its pool, its task reported as a
+    timeout, and the tasks after it go to a fresh pool."""
+    results: list[dict] = []
+    remaining = list(tasks)
+    while remaining:
+        with multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=20) as pool:
+            running = pool.imap(run_with_time_limit, remaining)
+            for position, task in enumerate(remaining):
+                try:
+                    result = running.next(timeout=TIME_LIMIT_S + 60)
+                except multiprocessing.TimeoutError:
+                    results.append(asdict(ArchitectureResult(*task, status="timeout", error="hung past the time limit: its worker was stopped")))
+                    _report(results[-1], len(results), len(tasks))
+                    remaining = remaining[position + 1:]
+                    pool.terminate()
+                    break
+                results.append(result)
+                _report(result, len(results), len(tasks))
+            else:
+                remaining = []
+    return results
+
+
 def architectures() -> list[tuple[str, str]]:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
@@ -449,14 +481,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         tasks = [task for task in tasks if task[0] in wanted]
     if args.sample:
         tasks = random.Random(args.seed).sample(tasks, args.sample)
-    results = []
-    with multiprocessing.get_context("spawn").Pool(args.workers, maxtasksperchild=20) as pool:
-        for index, result in enumerate(pool.imap(run_with_time_limit, tasks), 1):
-            results.append(result)
-            faults = [k for k in ("error", "jit_error", "dispatch_error", "training_error", "changed") if result.get(k)] + (["unsupported"] if result.get("unsupported") else [])
-            if result["status"] == "counted" and result["jit"] != result["dispatch"]:
-                faults.append(f"jit {result['jit']} != dispatch {result['dispatch']}")
-            print(f"[{index}/{len(tasks)}] {result['model_type']}: {result['status']} {' '.join(faults)}", flush=True)
+    results = run_all(tasks, args.workers)
     summary = summarise(results)
     args.output.write_text(json.dumps({"summary": summary, "results": results}, indent=1))
     print(json.dumps(summary, indent=1))
