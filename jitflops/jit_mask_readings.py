@@ -45,6 +45,11 @@ def _masked_input(record: OpRecord) -> bool:
     return False
 
 
+def _category(kind: str) -> str:
+    """Which readings an op takes: an attention op's mask, or a softmax's scores."""
+    return "attention" if kind in MASKED_ATTENTION_KINDS else "softmax"
+
+
 def _read_by_scope(recording: OpSource) -> dict[tuple[str, str], list[Optional[TensorMeta]]]:
     """What the dispatch recording read, per (scope, "attention" or "softmax"), in order."""
     read: dict[tuple[str, str], list[Optional[TensorMeta]]] = defaultdict(list)
@@ -52,7 +57,7 @@ def _read_by_scope(recording: OpSource) -> dict[tuple[str, str], list[Optional[T
         if kind in MASKED_ATTENTION_KINDS or kind in SOFTMAX_KINDS:
             record = recording.record(item, kind, "")
             value = record.arg_or("attn_mask", None) if kind in MASKED_ATTENTION_KINDS else record.input(0)
-            read[(recording.scope_of(item), "attention" if kind in MASKED_ATTENTION_KINDS else "softmax")].append(value)
+            read[(recording.scope_of(item), _category(kind))].append(value)
     return read
 
 
@@ -100,7 +105,7 @@ class MaskReadingTrace:
         expected: dict[tuple[str, str], int] = defaultdict(int)
         for kind, item in ops:
             if kind not in ATTENTION_PRODUCTS:
-                expected[(self.trace.scope_of(item), "attention" if kind in MASKED_ATTENTION_KINDS else "softmax")] += 1
+                expected[(self.trace.scope_of(item), _category(kind))] += 1
         taken: dict[tuple[str, str], int] = defaultdict(int)
         marked: list[tuple[str, OpRecord]] = []
         pairing = MaskedScorePairing(marked)
@@ -108,7 +113,7 @@ class MaskReadingTrace:
             path = self.trace.scope_of(item)
             record = records[item[0]]
             if kind not in ATTENTION_PRODUCTS:
-                key = (path, "attention" if kind in MASKED_ATTENTION_KINDS else "softmax")
+                key = (path, _category(kind))
                 index, taken[key] = taken[key], taken[key] + 1
                 value = read[key][index] if len(read[key]) == expected[key] else None
                 argument = record.arg_names.index("attn_mask") if kind in MASKED_ATTENTION_KINDS else 0
