@@ -145,6 +145,16 @@ def _nested(config: Any, name: str) -> Any:
 _MULTIMODAL_ROPE_TEXT = re.compile(r"^(glm4v|glm46v|glm_image|qwen2_5_vl|qwen2_vl|qwen3_vl)\w*_text$")
 
 
+def _fit_vocabulary(config: Any) -> None:
+    """A multimodal model's special token ids (its image token's) inside its text vocabulary: a
+    checkpoint grows the vocabulary by its added tokens, the config class's default may not."""
+    text = getattr(config, "text_config", None) or config
+    vocabulary = getattr(text, "vocab_size", None)
+    ids = [value for key, value in vars(config).items() if key.endswith(("_token_id", "_token_index")) and isinstance(value, int) and not isinstance(value, bool)]
+    if isinstance(vocabulary, int) and ids and max(ids) >= vocabulary:
+        text.vocab_size = max(ids) + 1
+
+
 def _fit_multimodal_rope(config: Any) -> None:
     """Qwen-VL's and GLM-V's multimodal rotary embedding splits each head's rotary half into
     sections (time, height, width) whose sizes the model defaults to for its own head size: they are
@@ -174,6 +184,7 @@ def _shrink(config: Any, sizes: dict[str, int]) -> None:
         for offset, key in enumerate(too_large, 1):  # distinct ids at the top of the vocabulary
             setattr(config, key, vocabulary - offset)
     _fit_multimodal_rope(config)
+    _fit_vocabulary(config)
     layers = getattr(config, "num_hidden_layers", None)
     for key in ("layer_types", "mlp_only_layers"):
         value = getattr(config, key, None)
@@ -188,6 +199,16 @@ def _image_tokens_wanted(error: Exception) -> Optional[int]:
     """How many image tokens a multimodal model wanted in its ids, from transformers' own message."""
     found = _IMAGE_TOKENS.search(str(error))
     return int(found.group(2)) if found else None
+
+
+_PATCHES = re.compile(r"split_with_sizes expects split_sizes to sum exactly to 1 .*but got split_sizes=\[(\d+)\]")
+
+
+def _patches_wanted(error: Exception) -> Optional[int]:
+    """How many patches of its one image an any-resolution model (LLaVA-NeXT's) split it into, from
+    the split that failed on a single patch."""
+    found = _PATCHES.search(str(error))
+    return int(found.group(1)) if found else None
 
 
 def _image_token_id(config: Any) -> Optional[int]:
@@ -359,36 +380,59 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
     return result
 
 
-def _first_that_runs(model: Any, config: Any, inputs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    """``FlopCounterMode``'s flops of the first inputs the model runs on: ``inputs``, then each of
-    :func:`_input_variants`, each once more with the image tokens a multimodal model asks for
-    where it says how many; the first error where none runs."""
+def _asked_for(model: Any, config: Any, candidate: dict[str, Any], error: Exception) -> Optional[dict[str, Any]]:
+    """The inputs changed as the model's error asks: the image tokens a multimodal model wants in
+    its ids, or the patches an any-resolution model splits its image into (None: it asks for nothing)."""
+    wanted, patches = _image_tokens_wanted(error), _patches_wanted(error)
+    hidden = getattr(getattr(config, "text_config", None) or config, "hidden_size", None)
+    if wanted and hidden and wanted > 2048 and wanted % hidden == 0:  # some models report the features' elements
+        wanted //= hidden
+    pixels = candidate.get("pixel_values")
+    if patches and pixels is not None and pixels.dim() == 4:
+        return {**candidate, "pixel_values": pixels.unsqueeze(1).expand(-1, patches, -1, -1, -1).contiguous()}
+    if not wanted:
+        return None
+    changed = {**candidate, "input_ids": _inputs(model, config, wanted)["input_ids"]}
+    if "mm_token_type_ids" in changed:
+        changed["mm_token_type_ids"] = (changed["input_ids"] == _image_token_id(config)).long()
+    return changed
+
+
+def _first_that_runs(model: Any, config: Any, inputs: dict[str, Any]) -> tuple[Optional[float], dict[str, Any]]:
+    """``FlopCounterMode``'s flops of the first inputs the model runs on, and those inputs:
+    ``inputs``, then each of :func:`_input_variants`, each changed up to twice more as its errors
+    ask (:func:`_asked_for`); the first error where none runs."""
     first: Optional[Exception] = None
-    for candidate in [inputs, *_input_variants(model, config, inputs)]:
-        try:
-            return _eager_flops(model, candidate), candidate
-        except Exception as error:  # a multimodal model that wants its image tokens: once more with them
-            first = first or error
-            wanted = _image_tokens_wanted(error)
-            if not wanted:
-                continue
-        candidate = {**candidate, "input_ids": _inputs(model, config, wanted)["input_ids"]}
-        if "mm_token_type_ids" in candidate:
-            candidate["mm_token_type_ids"] = (candidate["input_ids"] == _image_token_id(config)).long()
-        try:
-            return _eager_flops(model, candidate), candidate
-        except Exception:
-            continue
+    for variant in [inputs, *_input_variants(model, config, inputs)]:
+        candidate: Optional[dict[str, Any]] = variant
+        for _ in range(3):
+            if candidate is None:
+                break
+            try:
+                return _eager_flops(model, candidate), candidate
+            except Exception as error:
+                first = first or error
+                candidate = _asked_for(model, config, candidate, error)
     raise first
 
 
-def _eager_flops(model: Any, inputs: dict[str, Any]) -> float:
-    """The model's eager forward under ``FlopCounterMode``: its flops (a multiply-add is two)."""
+def _eager_flops(model: Any, inputs: dict[str, Any]) -> Optional[float]:
+    """The model's eager forward under ``FlopCounterMode``: its flops (a multiply-add is two).
+    None where ``FlopCounterMode`` itself fails and the forward runs without it: its module tracker
+    asserts on a view of a parameter made under ``no_grad`` (Idefics2's, SAM's), the pattern
+    jitflops' dispatch backend handles."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(**inputs)
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(**inputs)
+    except AssertionError as error:
+        if "Expected gradient function to be set" not in str(error):
+            raise
+        with torch.no_grad():
+            model(**inputs)
+        return None
     return counter.get_total_flops()
 
 
