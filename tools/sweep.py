@@ -419,8 +419,7 @@ def _first_that_runs(model: Any, config: Any, inputs: dict[str, Any]) -> tuple[O
 def _eager_flops(model: Any, inputs: dict[str, Any]) -> Optional[float]:
     """The model's eager forward under ``FlopCounterMode``: its flops (a multiply-add is two).
     None where ``FlopCounterMode`` itself fails and the forward runs without it: its module tracker
-    asserts on a view of a parameter made under ``no_grad`` (Idefics2's, SAM's), the pattern
-    jitflops' dispatch backend handles."""
+    asserts (``Expected gradient function to be set``) on Idefics2 and SAM."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
