@@ -259,10 +259,11 @@ def _inputs(model: Any, config: Any, image_tokens: int = 0) -> dict[str, Any]:
 
 def _input_variants(model: Any, config: Any, inputs: dict[str, Any]) -> list[dict[str, Any]]:
     """Other inputs to try where the first ones fail, each a modality's other layout: no cache
-    (hybrid models whose cache has no attention layer to measure), a larger image (detectors), video frames (``(1, frames,
-    channels, height, width)``), audio features time-major and raw audio with a channel dimension,
-    and Qwen-VL's flattened patches with their grid (``image_grid_thw``, as many image tokens as
-    merged patches, and which ids they are where the model asks)."""
+    (hybrid models whose cache has no attention layer to measure), a larger image (detectors),
+    video frames (``(1, frames, channels, height, width)``), audio features time-major and raw audio
+    with a channel dimension, and Qwen-VL's flattened patches with their grid: for its vision tower
+    alone (``grid_thw``), and for the whole model (``image_grid_thw``, as many image tokens as merged
+    patches, and which ids they are where the model asks)."""
     import torch
 
     parameters = inspect.signature(model.forward).parameters
@@ -281,6 +282,13 @@ def _input_variants(model: Any, config: Any, inputs: dict[str, Any]) -> list[dic
     values = inputs.get("input_values")
     if values is not None and values.dim() == 2:
         variants.append({**inputs, "input_values": values.unsqueeze(1).expand(-1, getattr(config, "audio_channels", 1) or 1, -1).contiguous()})
+    if "grid_thw" in parameters:  # a Qwen-VL-style vision tower alone: its flattened patches and their grid
+        side = 2 * (getattr(config, "spatial_merge_size", None) or 2)
+        patch = getattr(config, "patch_size", 14)
+        width = getattr(config, "in_channels", None) or getattr(config, "num_channels", 3)
+        patches = torch.randn(side * side, width * (getattr(config, "temporal_patch_size", None) or 1) * patch * patch)
+        name = next(name for name in parameters if name not in ("self", "grid_thw"))
+        variants.append({name: patches, "grid_thw": torch.tensor([[1, side, side]])})
     vision = getattr(config, "vision_config", None)
     merge, temporal = getattr(vision, "spatial_merge_size", None), getattr(vision, "temporal_patch_size", None)
     if pixels is not None and merge and temporal and "image_grid_thw" in parameters:
@@ -380,9 +388,49 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
     return result
 
 
+_MISSING = re.compile(r"missing \d+ required positional arguments?: (.*)")
+
+
+def _missing_arguments(error: Exception) -> list[str]:
+    """The arguments a forward said it misses (``input_ids`` where it asks for ids or embeddings)."""
+    if "You have to specify either input_ids or inputs_embeds" in str(error):
+        return ["input_ids"]
+    found = _MISSING.search(str(error))
+    return re.findall(r"'(\w+)'", found.group(1)) if found else []
+
+
+def _with_arguments(model: Any, config: Any, candidate: dict[str, Any], names: list[str]) -> Optional[dict[str, Any]]:
+    """``candidate`` with the arguments ``names`` made (ids, an image, a time series' padding and
+    frequency), less what the forward does not take; None where a name has no recipe."""
+    import torch
+
+    parameters = inspect.signature(model.forward).parameters
+    takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    changed = {key: value for key, value in candidate.items() if takes_any or key in parameters}
+    vocabulary = _nested(config, "vocab_size") or 100
+    for name in names:
+        if name in ("input_ids", "qformer_input_ids"):
+            changed[name] = torch.randint(0, min(vocabulary, 100), (1, SEQUENCE))
+        elif name == "pixel_values":
+            size = getattr(config, "image_size", 32)
+            size = size[0] if isinstance(size, (list, tuple)) else size
+            changed[name] = torch.randn(1, getattr(config, "num_channels", 3), size, size)
+        elif name == "past_values_padding" and "past_values" in changed:
+            changed[name] = torch.zeros_like(changed["past_values"][..., 0])
+        elif name == "freq":
+            changed[name] = torch.zeros(1, 1, dtype=torch.long)
+        else:
+            return None
+    return changed
+
+
 def _asked_for(model: Any, config: Any, candidate: dict[str, Any], error: Exception) -> Optional[dict[str, Any]]:
-    """The inputs changed as the model's error asks: the image tokens a multimodal model wants in
-    its ids, or the patches an any-resolution model splits its image into (None: it asks for nothing)."""
+    """The inputs changed as the model's error asks: arguments it misses, the image tokens a
+    multimodal model wants in its ids, or the patches an any-resolution model splits its image into
+    (None: it asks for nothing this can make)."""
+    missing = _missing_arguments(error)
+    if missing:
+        return _with_arguments(model, config, candidate, missing)
     wanted, patches = _image_tokens_wanted(error), _patches_wanted(error)
     hidden = getattr(getattr(config, "text_config", None) or config, "hidden_size", None)
     if wanted and hidden and wanted > 2048 and wanted % hidden == 0:  # some models report the features' elements
