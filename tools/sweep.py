@@ -183,6 +183,8 @@ def _shrink(config: Any, sizes: dict[str, int]) -> None:
         too_large = sorted(key for key, value in vars(config).items() if key.endswith(("_token_id", "_token_index")) and isinstance(value, int) and value >= vocabulary)
         for offset, key in enumerate(too_large, 1):  # distinct ids at the top of the vocabulary
             setattr(config, key, vocabulary - offset)
+    if "head_dim" in vars(config) and config.head_dim is None and isinstance(getattr(config, "num_attention_heads", None), int):
+        config.head_dim = config.hidden_size // config.num_attention_heads  # the default a model reads as given (HunYuan's)
     _fit_multimodal_rope(config)
     _fit_vocabulary(config)
     layers = getattr(config, "num_hidden_layers", None)
@@ -243,6 +245,11 @@ def _inputs(model: Any, config: Any, image_tokens: int = 0) -> dict[str, Any]:
         inputs["pixel_values"] = torch.randn(1, getattr(vision, "num_channels", 3), size, size)
         if "image_sizes" in inspect.signature(model.forward).parameters:
             inputs["image_sizes"] = torch.tensor([[size, size]])
+    if name == "pixel_values_videos":  # a video: frames of the model's image size
+        size = getattr(config, "crop_size", None) or getattr(config, "image_size", 32)
+        size = size[0] if isinstance(size, (list, tuple)) else size
+        frames = getattr(config, "frames_per_clip", None) or getattr(config, "num_frames", None) or 8
+        inputs["pixel_values_videos"] = torch.randn(1, frames, getattr(config, "num_channels", 3), size, size)
     if name == "past_values":  # a time series: the context window of every input channel
         inputs["past_values"] = torch.randn(1, config.context_length, getattr(config, "num_input_channels", 1))
     if name == "input_values":
