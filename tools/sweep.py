@@ -264,6 +264,19 @@ def _inputs(model: Any, config: Any, image_tokens: int = 0) -> dict[str, Any]:
     return inputs
 
 
+def _flattened_patches(vision: Any) -> tuple[Any, Any, int]:
+    """A Qwen-VL-style image for ``vision`` (its vision config): one frame of 2 x 2 merged patches,
+    flattened as its processor flattens them, the grid (``[[1, height, width]]`` in patches), and how
+    many image tokens the merged patches make."""
+    import torch
+
+    merge = getattr(vision, "spatial_merge_size", None) or 2
+    side, patch = 2 * merge, getattr(vision, "patch_size", 14)
+    channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
+    patches = torch.randn(side * side, channels * (getattr(vision, "temporal_patch_size", None) or 1) * patch * patch)
+    return patches, torch.tensor([[1, side, side]]), side * side // (merge * merge)
+
+
 def _input_variants(model: Any, config: Any, inputs: dict[str, Any]) -> list[dict[str, Any]]:
     """Other inputs to try where the first ones fail, each a modality's other layout: no cache
     (hybrid models whose cache has no attention layer to measure), a larger image (detectors),
@@ -289,21 +302,14 @@ def _input_variants(model: Any, config: Any, inputs: dict[str, Any]) -> list[dic
     values = inputs.get("input_values")
     if values is not None and values.dim() == 2:
         variants.append({**inputs, "input_values": values.unsqueeze(1).expand(-1, getattr(config, "audio_channels", 1) or 1, -1).contiguous()})
-    if "grid_thw" in parameters:  # a Qwen-VL-style vision tower alone: its flattened patches and their grid
-        side = 2 * (getattr(config, "spatial_merge_size", None) or 2)
-        patch = getattr(config, "patch_size", 14)
-        width = getattr(config, "in_channels", None) or getattr(config, "num_channels", 3)
-        patches = torch.randn(side * side, width * (getattr(config, "temporal_patch_size", None) or 1) * patch * patch)
+    if "grid_thw" in parameters:  # a Qwen-VL-style vision tower alone
+        patches, grid, _ = _flattened_patches(config)
         name = next(name for name in parameters if name not in ("self", "grid_thw"))
-        variants.append({name: patches, "grid_thw": torch.tensor([[1, side, side]])})
+        variants.append({name: patches, "grid_thw": grid})
     vision = getattr(config, "vision_config", None)
-    merge, temporal = getattr(vision, "spatial_merge_size", None), getattr(vision, "temporal_patch_size", None)
-    if pixels is not None and merge and temporal and "image_grid_thw" in parameters:
-        side = 2 * merge
-        patch, channels = getattr(vision, "patch_size", 14), getattr(vision, "in_channels", 3)
-        tokens = side * side // (merge * merge)
-        grid = {**_inputs(model, config, tokens), **no_cache}
-        grid.update(pixel_values=torch.randn(side * side, channels * temporal * patch * patch), image_grid_thw=torch.tensor([[1, side, side]]))
+    if pixels is not None and getattr(vision, "spatial_merge_size", None) and getattr(vision, "temporal_patch_size", None) and "image_grid_thw" in parameters:
+        patches, grid, tokens = _flattened_patches(vision)
+        grid = {**_inputs(model, config, tokens), **no_cache, "pixel_values": patches, "image_grid_thw": grid}
         if "mm_token_type_ids" in parameters:  # which ids are image tokens, as the processor says (M-RoPE)
             grid["mm_token_type_ids"] = (grid["input_ids"] == _image_token_id(config)).long()
         variants.append(grid)
