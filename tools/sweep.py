@@ -185,6 +185,8 @@ def _shrink(config: Any, sizes: dict[str, int]) -> None:
             setattr(config, key, vocabulary - offset)
     if "head_dim" in vars(config) and config.head_dim is None and isinstance(getattr(config, "num_attention_heads", None), int):
         config.head_dim = config.hidden_size // config.num_attention_heads  # the default a model reads as given (HunYuan's)
+    if getattr(config, "model_type", None) == "timm_backbone" and getattr(config, "backbone", None) is None:
+        config.backbone, config.use_pretrained_backbone = "resnet18", False  # its config names no timm model: a small one, random weights
     _fit_multimodal_rope(config)
     _fit_vocabulary(config)
     layers = getattr(config, "num_hidden_layers", None)
