@@ -279,14 +279,21 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+_collected_in_full = False
+"""Whether this process has had the full collection a first recording with collectives gets."""
+
+
 @contextmanager
 def own_cycles_collected(needed: Callable[[], bool]) -> Iterator[None]:
     """After the body, when ``needed()`` says so, collect the reference cycles made in it, and only
     those: the objects that existed before are frozen (``gc.freeze``) for that collection, so it walks
     the body's objects, not every object of the process (with torch.distributed imported a full
-    collection walks some 300,000 objects: 0.2 s a time on a CPU core). Where the process froze
-    objects itself, the collection is a full one (unfreezing would undo its freeze)."""
-    freezes = gc.get_freeze_count() == 0
+    collection walks some 300,000 objects: 0.2 s a time on a CPU core). The first such collection of
+    a process is a full one, and so is every one where the process froze objects itself (unfreezing
+    would undo its freeze): a sharded model's set-up leaves garbage of its own (device meshes,
+    DTensor's fake-tensor modes), and a rank whose process kept it to its exit aborted there, 1 run in 6."""
+    global _collected_in_full
+    freezes = gc.get_freeze_count() == 0 and _collected_in_full
     if freezes:
         gc.freeze()
     try:
@@ -295,6 +302,7 @@ def own_cycles_collected(needed: Callable[[], bool]) -> Iterator[None]:
         try:
             if needed():
                 gc.collect()
+                _collected_in_full = _collected_in_full or not freezes
         finally:
             if freezes:
                 gc.unfreeze()

@@ -328,11 +328,12 @@ class _Cycle:
         self.me = self
 
 
-@pytest.mark.parametrize("user_froze", [False, True])
-def test_the_collection_after_a_recording_frees_its_cycles_and_leaves_the_process_freeze_as_it_was(user_froze):
+@pytest.mark.parametrize("user_froze, first", [(False, False), (True, False), (False, True)])
+def test_the_collection_after_a_recording_frees_its_cycles_and_leaves_the_process_freeze_as_it_was(user_froze, first, monkeypatch):
     import gc
     import weakref
 
+    monkeypatch.setattr(model_guard, "_collected_in_full", not first)
     gc.disable()  # no collection of its own between the garbage made here and the block
     if user_froze:
         gc.freeze()
@@ -347,8 +348,9 @@ def test_the_collection_after_a_recording_frees_its_cycles_and_leaves_the_proces
             del young
         assert young_ref() is None
         assert gc.get_freeze_count() == frozen
-        # a full collection where the user froze objects (unfreezing would undo it)
-        assert (old_ref() is None) == user_froze
+        # a full collection the first time, and where the user froze objects (unfreezing would undo it)
+        assert (old_ref() is None) == (user_froze or first)
+        assert model_guard._collected_in_full
         with model_guard.own_cycles_collected(lambda: False):
             skipped = _Cycle()
             skipped_ref = weakref.ref(skipped)
