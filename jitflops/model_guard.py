@@ -291,7 +291,7 @@ def own_cycles_collected(needed: Callable[[], bool]) -> Iterator[None]:
     collection walks some 300,000 objects: 0.2 s a time on a CPU core). The first such collection of
     a process is a full one, and so is every one where the process froze objects itself (unfreezing
     would undo its freeze): a sharded model's set-up leaves garbage of its own (device meshes,
-    DTensor's fake-tensor modes), and a rank whose process kept it to its exit aborted there, 1 run in 6."""
+    DTensor's fake-tensor modes), and a rank whose process kept it to its exit aborted there (1 suite run in 8)."""
     global _collected_in_full
     freezes = gc.get_freeze_count() == 0 and _collected_in_full
     if freezes:
