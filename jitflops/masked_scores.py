@@ -12,7 +12,10 @@ products by that share, so this marks them in the records:
 * the weights product: the first product after it, in the same module, whose left operand has as
   many entries (its left operand is marked).
 
-Nothing is marked where the softmax masks nothing, so the dense count and every other product stay
+Both are marked only once the weights product comes: a softmax between two products is attention,
+one whose output goes elsewhere is not (a mixture-of-experts router masks its logits to the top
+experts and takes their softmax, which no product follows). Nothing is marked where the softmax
+masks nothing, so the dense count and every other product stay
 as they were. A JIT trace's ops are marked the same way, with what one eager run read
 (:mod:`jitflops.jit_mask_readings`).
 """
@@ -20,12 +23,15 @@ as they were. A JIT trace's ops are marked the same way, with what one eager run
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Optional
 
 from .handles.attention import ATTENTION_PRODUCTS, SOFTMAX_KINDS
 from .records import BACKWARD, OpRecord, TensorMeta
 
-LOOK_BACK = 8
-"""How many ops before a softmax the scores product may be (a scale, a mask add, a cast between)."""
+LOOK_BACK = 24
+"""How many ops before a softmax the scores product may be: a scale, a mask add, a cast, and the
+views and arithmetic that build a mask in place (GPT-1's ``w * b + -1e4 * (1 - b)`` on a slice of
+its causal buffer, a dozen ops in a dispatch recording)."""
 
 
 def _entries(value: object) -> int | None:
@@ -38,8 +44,8 @@ class MaskedScorePairing:
 
     def __init__(self, records: list[tuple[str, OpRecord]]) -> None:
         self.records = records
-        self._waiting: dict[tuple[str, str], TensorMeta] = {}
-        """A masked softmax's input, by (scope, phase), until its weights product comes."""
+        self._waiting: dict[tuple[str, str], tuple[TensorMeta, Optional[OpRecord]]] = {}
+        """A masked softmax's input and its scores product, by (scope, phase), until its weights product comes."""
 
     def after(self, path: str, record: OpRecord) -> None:
         if record.phase == BACKWARD:
@@ -53,17 +59,21 @@ class MaskedScorePairing:
         scores = record.input(0)
         if not isinstance(scores, TensorMeta) or scores.kept is None or scores.kept == _entries(scores):
             return
-        for earlier_path, earlier in reversed(self.records[-LOOK_BACK - 1:-1]):
-            if earlier_path == path and earlier.kind in ATTENTION_PRODUCTS and _entries(earlier.outputs[0]) == scores.numel:
-                earlier.outputs[0] = replace(earlier.outputs[0], kept=scores.kept)
-                break
-        self._waiting[(path, record.phase)] = scores
+        scores_product = next(
+            (earlier for earlier_path, earlier in reversed(self.records[-LOOK_BACK - 1:-1])
+             if earlier_path == path and earlier.kind in ATTENTION_PRODUCTS and _entries(earlier.outputs[0]) == scores.numel),
+            None,
+        )  # None: the scores came from elsewhere (an einsum); the weights product is marked alone
+        self._waiting[(path, record.phase)] = (scores, scores_product)
 
     def _weights_product(self, path: str, record: OpRecord) -> None:
-        scores = self._waiting.get((path, record.phase))
-        if scores is None:
+        waiting = self._waiting.get((path, record.phase))
+        if waiting is None:
             return
+        scores, scores_product = waiting
         index = record.arg_names.index(ATTENTION_PRODUCTS[record.kind]) if record.arg_names else 0
         if _entries(record.input(index)) == scores.numel:
+            if scores_product is not None:
+                scores_product.outputs[0] = replace(scores_product.outputs[0], kept=scores.kept)
             record.set_input(index, replace(record.input(index), kept=scores.kept))
             del self._waiting[(path, record.phase)]

@@ -101,6 +101,48 @@ def test_a_hugging_face_model_causal_and_padded(llama, implementation):
     assert profile.root.find("model.layers.0.self_attn").masked_out_macs == dense - masked
 
 
+def _decoder(name: str):
+    """Two-layer decoders of the issue's table: Llama with GQA 3 (6 heads, 2 KV heads, head 12),
+    GPT-2 (4 heads of 16) and Qwen2 with GQA 2; SDPA, transformers' default."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = {
+        "llama": lambda: transformers.LlamaConfig(hidden_size=72, intermediate_size=96, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2, vocab_size=100),
+        "gpt2": lambda: transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=100, n_positions=64),
+        "qwen2": lambda: transformers.Qwen2Config(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=100),
+    }[name]()
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    return model, 2 * config.num_attention_heads * 2 * (config.hidden_size // config.num_attention_heads)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "qwen2"])
+@pytest.mark.parametrize("mask", ["none", "all ones", "left padded"])
+def test_decoders_under_sdpa_keep_their_causal_mask_under_both_front_ends(name, mask):
+    """transformers passes ``is_causal=True`` and no mask where no padding is needed, but
+    materialises the causal mask under the JIT tracer: the JIT's mask-aware count takes the causal
+    pairs from the eager run all the same (it counted dense before), equal to the dispatch
+    backend's and to the hand count of kept (query, key) pairs, padded rows included."""
+    model, per_pair = _decoder(name)  # MACs per kept pair: 2 layers x heads x (q @ k^T + weights @ v)
+    length, padding = 37, [0, 5, 11]
+    ids = torch.randint(0, 100, (3, length))
+    inputs = {"input_ids": ids}
+    if mask != "none":
+        inputs["attention_mask"] = torch.ones_like(ids)
+    if mask == "left padded":
+        for row, padded in enumerate(padding):
+            inputs["attention_mask"][row, :padded] = 0
+    kept = sum(causal_pairs(length - padded, length - padded) for padded in (padding if mask == "left padded" else [0, 0, 0]))
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dense = FlopCountAnalysis(model, inputs).total()
+            counts = {backend: FlopCountAnalysis(model, inputs, backend=backend, attention="masked").total() for backend in ("jit", "dispatch")}
+    finally:
+        logging.disable(logging.NOTSET)
+    assert counts == dict.fromkeys(("jit", "dispatch"), dense - (3 * length * length - kept) * per_pair)
+
+
 class _EagerAttention(nn.Module):
     """Attention written out: a scaled scores product, an additive mask, softmax, dropout, weights product."""
 

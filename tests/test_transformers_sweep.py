@@ -1,6 +1,7 @@
 """A sample of transformers' architectures, built as ``tools/sweep.py`` builds them (tiny or
 shallow configs, random weights): both backends count every one whose eager forward runs, with no
-unsupported op, equal totals, and nothing below ``FlopCounterMode``'s count; and after those counts
+unsupported op, equal totals, and nothing below ``FlopCounterMode``'s count; decoders' mask-aware counts
+equal under both backends, unpadded and left-padded; and after those counts
 and a training-mode dispatch count with the backward pass, every parameter and buffer is as it was.
 
 The sample: architectures that exercised a fix (RMS norm under dispatch, einsum, string padding,
@@ -46,4 +47,7 @@ def test_architecture_is_counted_cleanly(model_type):
     assert not result.changed, f"{len(result.changed)} parameters and buffers not given back as they were: {result.changed[:5]}"
     if not result.known_difference:
         assert result.jit == result.dispatch
+        assert result.masked_agree, result.masked  # a decoder's mask-aware counts, unpadded and left-padded
+    if model_type in ("bloom", "gpt2", "llama", "mixtral", "qwen3_moe"):
+        assert len(result.masked) == 4 and result.masked["jit padded"] < result.masked["jit"] < result.jit
     assert 2 * result.jit >= result.flop_counter

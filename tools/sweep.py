@@ -3,14 +3,17 @@
 Each architecture is built from its config class with generic shrinking (few layers, small hidden
 sizes, few heads and experts) and random weights, given inputs made from its ``main_input_name``,
 and run eagerly. Where the forward runs, it is counted by both backends and by ``FlopCounterMode``,
-then by the dispatch backend in training mode with its backward, and the sweep reports per
-architecture: errors, unsupported ops, JIT != dispatch, totals below ``FlopCounterMode``'s (halved:
+then by the dispatch backend in training mode with its backward; a decoder (an architecture with a
+causal-LM head, given ids) is also counted mask-aware by both backends, without padding and
+left-padded. The sweep reports per architecture: errors, unsupported ops, JIT != dispatch (either
+convention), totals below ``FlopCounterMode``'s (halved:
 it counts a multiply-add as two flops), and any parameter or buffer the counts did not give back as
 it was (values, ``requires_grad``, ``.grad``).
 
     python tools/sweep.py                       # every architecture, results in tools/sweep_results.json
     python tools/sweep.py --only bert,llama     # some
     python tools/sweep.py --sample 12 --seed 0  # a random sample (what the test suite runs)
+    python tools/sweep.py --decoders --output tools/sweep_decoders.json  # the decoders alone
 
 Architectures run in worker processes, each with a time limit, so one that hangs or crashes does
 not stop the sweep.
@@ -90,6 +93,8 @@ KNOWN_DIFFERENCES = {
 """Architectures whose own code makes the counts differ between runs or front ends."""
 
 SEQUENCE = 8
+PADDING = 3
+"""A decoder's mask-aware count is also taken with its ids left-padded by this many positions."""
 TIME_LIMIT_S = 120
 
 
@@ -111,6 +116,10 @@ class ArchitectureResult:
     fallback_reason: str = ""
     dispatch: Optional[int] = None
     flop_counter: Optional[float] = None
+    masked: dict = field(default_factory=dict)
+    """A decoder's mask-aware counts: ``jit`` and ``dispatch``, unpadded and ``padded`` (empty: not a decoder)."""
+    padded_error: str = ""
+    """Why a decoder's padded forward was not counted: its eager forward fails on a padding mask."""
     unsupported: dict = field(default_factory=dict)
     changed: list = field(default_factory=list)
     """Parameters and buffers that did not come back from the counts as they were."""
@@ -125,8 +134,13 @@ class ArchitectureResult:
     def clean(self) -> bool:
         return (
             self.jit is not None and self.dispatch is not None and self.jit == self.dispatch and not self.unsupported
-            and (self.flop_counter is None or 2 * self.jit >= self.flop_counter) and not self.changed
+            and (self.flop_counter is None or 2 * self.jit >= self.flop_counter) and not self.changed and self.masked_agree
         )
+
+    @property
+    def masked_agree(self) -> bool:
+        """Whether both backends' mask-aware counts of a decoder are equal, unpadded and padded."""
+        return all(self.masked.get(f"jit{padded}") == self.masked.get(f"dispatch{padded}") for padded in ("", " padded"))
 
 
 def _nested(config: Any, name: str) -> Any:
@@ -390,6 +404,22 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
             unsupported.update({f"{backend}:{op}": n for op, n in analysis.unsupported_ops().items()})
         except Exception as error:
             setattr(result, f"{backend}_error", f"{type(error).__name__}: {str(error)[:300]}")
+    if model_type in decoder_types() and "input_ids" in inputs and "attention_mask" in inspect.signature(model.forward).parameters:
+        padding = torch.ones_like(inputs["input_ids"])
+        padding[:, :PADDING] = 0
+        try:
+            with torch.no_grad():
+                model(**{**inputs, "attention_mask": padding})
+            variants = (("", {}), (" padded", {"attention_mask": padding}))
+        except Exception as error:  # the model's own forward does not take this padding: nothing to count
+            result.padded_error = f"{type(error).__name__}: {str(error)[:300]}"
+            variants = (("", {}),)
+        for padded, extra in variants:
+            for backend in ("jit", "dispatch"):
+                try:
+                    result.masked[f"{backend}{padded}"] = int(jitflops.FlopCountAnalysis(model, {**inputs, **extra}, backend=backend, attention="masked").total())
+                except Exception as error:
+                    setattr(result, f"{backend}_error", f"mask-aware{padded}: {type(error).__name__}: {str(error)[:300]}")
     try:  # training mode: dropout, batch statistics, the backward's gradients
         jitflops.FlopCountAnalysis(model.train(), inputs, backend="dispatch", backward=True).total()
     except Exception as error:
@@ -524,6 +554,8 @@ def _report(result: dict, index: int, total: int) -> None:
     faults = [k for k in ("error", "jit_error", "dispatch_error", "training_error", "changed") if result.get(k)] + (["unsupported"] if result.get("unsupported") else [])
     if result["status"] == "counted" and result["jit"] != result["dispatch"]:
         faults.append(f"jit {result['jit']} != dispatch {result['dispatch']}")
+    if not ArchitectureResult(**result).masked_agree:
+        faults.append(f"mask-aware {result['masked']}")
     print(f"[{index}/{total}] {result['model_type']}: {result['status']} {' '.join(faults)}", flush=True)
 
 
@@ -558,6 +590,13 @@ def architectures() -> list[tuple[str, str]]:
     return [(model_type, name if isinstance(name, str) else name[0]) for model_type, name in MODEL_MAPPING_NAMES.items()]
 
 
+def decoder_types() -> frozenset[str]:
+    """The model types transformers gives a causal-LM head: the decoders whose masks are compared."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
 def summarise(results: list[dict]) -> dict[str, Any]:
     ran = [r for r in results if r["status"] == "counted"]
     typed = [ArchitectureResult(**r) for r in ran]
@@ -574,6 +613,9 @@ def summarise(results: list[dict]) -> dict[str, Any]:
         "model not given back as it was": sum(bool(r.changed) for r in typed),
         "with unsupported ops": sum(bool(r.unsupported) for r in typed),
         "JIT != dispatch": sum(r.jit is not None and r.dispatch is not None and r.jit != r.dispatch for r in typed),
+        "decoders counted mask-aware, unpadded and padded": sum(len(r.masked) == 4 for r in typed),
+        "decoders counted mask-aware unpadded only (the eager forward fails on a padding mask)": sum(bool(r.padded_error) for r in typed),
+        "decoders whose mask-aware JIT != dispatch": sum(not r.masked_agree for r in typed),
         "below FlopCounterMode / 2": sum(r.jit is not None and r.flop_counter is not None and 2 * r.jit < r.flop_counter for r in typed),
         "build or eager forward fails": sum(r["status"] in ("build failed", "eager failed", "timeout", "crashed") for r in results),
     }
@@ -584,6 +626,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--only", help="comma-separated model types")
     parser.add_argument("--sample", type=int, help="a random sample of this many architectures")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--decoders", action="store_true", help="only the architectures with a causal-LM head")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
@@ -591,6 +634,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.only:
         wanted = set(args.only.split(","))
         tasks = [task for task in tasks if task[0] in wanted]
+    if args.decoders:
+        tasks = [task for task in tasks if task[0] in decoder_types()]
     if args.sample:
         tasks = random.Random(args.seed).sample(tasks, args.sample)
     results = run_all(tasks, args.workers)
