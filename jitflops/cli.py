@@ -265,7 +265,7 @@ def render(args: argparse.Namespace, profile: ModelProfile) -> str:
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jitflops", description="Count a PyTorch model's parameters, FLOPs and activations, and time it.")
     parser.add_argument("factory", nargs="?", help="MODULE:CALLABLE that builds the model (e.g. transformers:BertModel), or a model's name: a Hugging Face Hub id, a model folder, a config.json, timm/NAME")
-    parser.add_argument("--task", help="with a transformers model's name: the head, as AutoModelFor<TASK> (causal-lm, sequence-classification, ...); default: the base model")
+    parser.add_argument("--task", help="with a transformers model's name: the head, as AutoModelFor<TASK> (causal-lm, sequence-classification, ...; model: the base model); default: the class its config names (architectures[0]), else the base model")
     parser.add_argument("--example", choices=sorted(all_examples()), help="analyse a built-in example model on its own inputs")
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="config class settings (or factory keyword arguments); values are JSON or strings")
     inputs = parser.add_mutually_exclusive_group()
@@ -355,7 +355,10 @@ def run(args: argparse.Namespace) -> str:
         write_text(args.trace, spans_to_chrome_trace(profile.spans))
     if args.html:
         write_text(args.html, profile_to_html(profile))
-    return render(args, profile)
+    report = render(args, profile)
+    if named and args.format in ("table", "tree") and not (args.profile and args.format == "table"):  # the DeepSpeed printout and the JSON say it themselves
+        report = f"Model: {profile.summary.model_class}, built from {args.factory}\n\n{report}"
+    return report
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

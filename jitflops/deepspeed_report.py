@@ -112,9 +112,11 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
     if summary.backward_macs is not None:
         lines.append(_line("bwd MACs per GPU (measured by jitflops)", f"{deepspeed_macs(summary.backward_macs)} = {summary.backward_factor:.3g} x fwd"))
         if summary.recompute_macs:
-            lines.append(_line("recompute MACs per GPU (activation checkpointing, apart from bwd)", deepspeed_macs(summary.recompute_macs)))
+            lines.append(_line("recompute MACs per GPU (activation checkpointing, attention kernels' scores; apart from bwd)", deepspeed_macs(summary.recompute_macs)))
     lines.append(_line("forward passes profiled", summary.forwards))
     lines.append(_line("counted by", summary.front_end))
+    if summary.model_class:
+        lines.append(_line("model class", summary.model_class))
     lines += _communication_lines(summary)
     if summary.forward is not None and len(summary.forward.samples) > 1:
         lines.append(_line("fwd latency runs", f"median of {len(summary.forward.samples)} runs, IQR {deepspeed_seconds(summary.forward.iqr)}"))

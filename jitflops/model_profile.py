@@ -79,7 +79,8 @@ class ProfileSummary:
     backward_macs: Optional[int] = None
     """MACs of the backward pass, measured by the dispatch backend (None: not measured)."""
     recompute_macs: Optional[int] = None
-    """MACs of the forward that activation checkpointing recomputed in the backward, apart from
+    """MACs of the forward work recomputed in the backward (activation checkpointing's forward, the
+    scores fused attention kernels recompute), apart from
     :attr:`backward_macs` (None: the backward was not measured)."""
     forwards: int = 1
     recompute_fwd_factor: float = 0.0
@@ -98,6 +99,8 @@ class ProfileSummary:
     """Attention MACs the masks discard: in :attr:`macs` (dense), not in the mask-aware count."""
     collectives: tuple[CollectiveTotals, ...] = ()
     """The collectives the profiled calls ran, summed per collective (none in one process)."""
+    model_class: str = ""
+    """The class of the profiled model (``LlamaForCausalLM``): what a model built from a name turned out to be."""
 
     @property
     def comm_bytes(self) -> int:
@@ -124,6 +127,7 @@ class ProfileSummary:
             int_macs=root.int_macs,
             masked_out_macs=root.masked_out_macs,
             device=str(model_device(model, call)) if call else "cpu",
+            model_class=type(model).__name__,
             element_bytes=next((p.dtype.itemsize for p in model.parameters() if p.dtype.is_floating_point), 4),
             **measured,
         )

@@ -8,8 +8,10 @@
 * a local model folder, or a ``config.json`` file;
 * a timm name (``timm/resnet50.a1_in1k``), built with ``pretrained=False``.
 
-A transformers config builds the architecture it names (``AutoModel``, or ``AutoModelFor<Task>``
-with ``task``); a diffusers component config (``_class_name``: ``UNet2DConditionModel``, ...) its
+A transformers config builds the class it names (``architectures[0]``: a checkpoint is the class its
+config names, ``LlamaForCausalLM`` with its head, not the base ``LlamaModel``), the base model with
+a warning saying why where transformers has no such class, or ``AutoModelFor<Task>`` with
+``task``; a diffusers component config (``_class_name``: ``UNet2DConditionModel``, ...) its
 class. Models are built on the meta device by default: no memory for weights, counted without
 computing.
 """
@@ -20,6 +22,7 @@ import difflib
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
@@ -108,6 +111,9 @@ def _transformers_model(config: dict[str, Any], task: Optional[str]) -> nn.Modul
         hf_config = transformers.AutoConfig.for_model(model_type, **settings)
     except ValueError as error:
         raise ModelNameError(f"transformers {transformers.__version__} does not know model_type {model_type!r}: {error}") from None
+    named = None if task else _named_architecture(transformers, config.get("architectures"), type(hf_config))
+    if named is not None:
+        return named._from_config(hf_config)  # as AutoModel builds a class: under the config's dtype
     auto_class = _auto_class(transformers, task)
     try:
         return auto_class.from_config(hf_config)
@@ -115,9 +121,27 @@ def _transformers_model(config: dict[str, Any], task: Optional[str]) -> nn.Modul
         raise ModelNameError(f"{auto_class.__name__} has no {model_type!r} model: {error}") from None
 
 
+def _named_architecture(transformers: Any, architectures: Any, config_class: type) -> Optional[type]:
+    """The class a config names first in ``architectures``, where transformers has it for this
+    config; None, with a warning saying why the base model is built instead, where it does not."""
+    name = architectures[0] if isinstance(architectures, list) and architectures else None
+    found = getattr(transformers, name, None) if isinstance(name, str) else None
+    if found is not None and isinstance(found, type) and issubclass(found, transformers.PreTrainedModel) and issubclass(config_class, found.config_class):
+        return found
+    if name is None:
+        reason = "the config names no architectures"
+    elif found is None:
+        reason = f"transformers {transformers.__version__} has no class {name!r}, the config's architectures[0] (a model with its own code?)"
+    else:
+        reason = f"the config's architectures[0], {name!r}, is no model of a {config_class.__name__}"
+    warnings.warn(f"jitflops: {reason}: the base model is built (a task picks a head: --task causal-lm)", stacklevel=4)
+    return None
+
+
 def _auto_class(transformers: Any, task: Optional[str]) -> Any:
-    """``AutoModel``, or ``AutoModelFor<Task>`` for a task written ``causal-lm``, ``causal_lm`` or ``CausalLM``."""
-    if not task:
+    """``AutoModel`` (the base model: no task, or ``model``), or ``AutoModelFor<Task>`` for a task
+    written ``causal-lm``, ``causal_lm`` or ``CausalLM``."""
+    if not task or task.lower() == "model":
         return transformers.AutoModel
     words = re.split(r"[-_]", task)
     name = "AutoModelFor" + "".join("LM" if word.lower() == "lm" else word[:1].upper() + word[1:] for word in words)

@@ -1,6 +1,7 @@
 """Any model by name, offline: a model folder, a ``config.json`` and a Hub id resolved from a Hub
 cache laid out as the Hub's client lays it out (``HF_HUB_OFFLINE=1``), each counting Llama-3-8B's
-shape on the meta device, checked against the hand count."""
+shape on the meta device, checked against the hand count. A name builds the class its config names
+(``LlamaForCausalLM``), as its checkpoint is: 8.03 G parameters and 35.137 T MACs at 4,096 tokens."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ LLAMA_3_8B = {
     "bos_token_id": 128000, "eos_token_id": 128001, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
 }
 TOKENS = 4096
+LLAMA_3_8B_PARAMETERS = 8_030_261_248
+"""Llama-3-8B's published size (the sum of its checkpoint's tensors), head included."""
 
 
 def _llama_macs(config: dict, tokens: int, lm_head: bool = False) -> int:
@@ -54,13 +57,28 @@ def _count(model) -> int:
 def test_a_folder_and_a_config_file_count_llama_3_8b_on_meta(llama_folder):
     for name in (str(llama_folder), str(llama_folder / "config.json")):
         model = model_from_name(name)
-        assert all(p.is_meta for p in model.parameters()) and type(model).__name__ == "LlamaModel"
-        assert _count(model) == _llama_macs(LLAMA_3_8B, TOKENS)
-    with_head = model_from_name(str(llama_folder), task="causal-lm")
-    assert type(with_head).__name__ == "LlamaForCausalLM"
-    assert _count(with_head) == _llama_macs(LLAMA_3_8B, TOKENS, lm_head=True)
+        assert all(p.is_meta for p in model.parameters()) and type(model).__name__ == "LlamaForCausalLM"
+        assert sum(p.numel() for p in model.parameters()) == LLAMA_3_8B_PARAMETERS
+        assert _count(model) == _llama_macs(LLAMA_3_8B, TOKENS, lm_head=True) == 35_137_127_448_576
+    base = model_from_name(str(llama_folder), task="model")  # a task overrides the config's class
+    assert type(base).__name__ == "LlamaModel" and _count(base) == _llama_macs(LLAMA_3_8B, TOKENS)
     shallow = model_from_name(str(llama_folder), overrides={"num_hidden_layers": 2})
-    assert _count(shallow) == _llama_macs({**LLAMA_3_8B, "num_hidden_layers": 2}, TOKENS)
+    assert _count(shallow) == _llama_macs({**LLAMA_3_8B, "num_hidden_layers": 2}, TOKENS, lm_head=True)
+
+
+@pytest.mark.parametrize("architectures, reason", [
+    (None, "the config names no architectures"),
+    (["LlamaForEverything"], "has no class 'LlamaForEverything'"),
+    (["BertForMaskedLM"], "'BertForMaskedLM', is no model of a LlamaConfig"),
+])
+def test_a_config_naming_no_class_of_its_own_builds_the_base_model_and_says_why(tmp_path, architectures, reason):
+    config = {key: value for key, value in LLAMA_3_8B.items() if key != "architectures"}
+    if architectures:
+        config["architectures"] = architectures
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    with pytest.warns(UserWarning, match=reason):
+        model = model_from_name(str(tmp_path / "config.json"))
+    assert type(model).__name__ == "LlamaModel"
 
 
 def _hub_cache(root: Path, repo: str, files: dict[str, dict]) -> Path:
@@ -87,10 +105,14 @@ def test_a_hub_id_resolves_from_the_hub_cache_offline(tmp_path, llama_folder):
     run = _cli("meta-llama/Meta-Llama-3-8B", "--input-ids", f"1,{TOKENS}", "--format", "json", "--quiet", cache=cache)
     assert run.returncode == 0, run.stderr
     document = json.loads(run.stdout)
-    assert document["summary"]["macs"] == _llama_macs(LLAMA_3_8B, TOKENS) and document["summary"]["device"] == "meta"
-    assert document["summary"]["counted_by"] == "jit"
-    folder = _cli(str(llama_folder), "--input-ids", f"1,{TOKENS}", "--format", "json", "--quiet", "--task", "CausalLM", cache=cache)
-    assert json.loads(folder.stdout)["summary"]["macs"] == _llama_macs(LLAMA_3_8B, TOKENS, lm_head=True)
+    assert document["summary"]["macs"] == _llama_macs(LLAMA_3_8B, TOKENS, lm_head=True) and document["summary"]["device"] == "meta"
+    assert document["summary"]["counted_by"] == "jit" and document["summary"]["model_class"] == "LlamaForCausalLM"
+    assert document["summary"]["params"] == LLAMA_3_8B_PARAMETERS
+    table = _cli("meta-llama/Meta-Llama-3-8B", "--input-ids", "1,16", "--quiet", cache=cache)
+    assert table.stdout.startswith("Model: LlamaForCausalLM, built from meta-llama/Meta-Llama-3-8B\n"), table.stdout[:200]
+    folder = _cli(str(llama_folder), "--input-ids", f"1,{TOKENS}", "--format", "json", "--quiet", "--task", "model", cache=cache)
+    assert json.loads(folder.stdout)["summary"]["macs"] == _llama_macs(LLAMA_3_8B, TOKENS)
+    assert json.loads(folder.stdout)["summary"]["model_class"] == "LlamaModel"
     missing = _cli("meta-llama/Not-There", "--input-ids", "1,8", cache=cache)
     assert missing.returncode == 2 and "not in the Hub cache" in missing.stderr and "offline" in missing.stderr
 
