@@ -9,7 +9,7 @@ from .collective_recorder import CollectiveLog, record_collectives
 from .integer_count import IntegerOpCountAnalysis
 from .generation import GenerationCount, StepCount, count_generation
 from .per_token import LanguageModelSizes, analytic_flops_per_token, flops_per_token
-from .errors import DataDependentTraceWarning, HandleError, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
+from .errors import DataDependentTraceWarning, HandleError, IntegerWorkWarning, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
 from .flop_count import FlopCountAnalysis, flop_count
 from .handles import Handle, ShapeFormula, get_shape
 from .deepspeed_report import format_model_profile
@@ -64,6 +64,7 @@ __all__ = [
     "write_ops_csv",
     "Handle",
     "HandleError",
+    "IntegerWorkWarning",
     "JitFallbackWarning",
     "JitModelAnalysis",
     "LanguageModelSizes",

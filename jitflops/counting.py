@@ -24,7 +24,7 @@ from .errors import HandleError, JitflopsError
 from .handles import Handle, ShapeFormula
 from .handles.registry import as_counter
 from .op_source import OpSource
-from .records import FORWARD, JitOpRecord, OpRecord
+from .records import FORWARD, RECOMPUTE, JitOpRecord, OpRecord
 
 
 class OpCount(NamedTuple):
@@ -47,6 +47,9 @@ class Statistics:
     uncalled_mods: frozenset[str]
     op_counts: tuple[OpCount, ...]
 
+
+_RECOMPUTED = f"{RECOMPUTE}."
+"""The key prefix of a backward op's count of the forward work it recomputes."""
 
 _NOTHING: Mapping[str, Any] = MappingProxyType({})
 """The counts of a module without any (most modules have no unsupported op)."""
@@ -170,8 +173,8 @@ def _count_per_scope(
             module = scope.rpartition("/")[2]
             record = trace.record(item, kind, module)
             result = run_handle(handle, record)
-            if record.phase != FORWARD:
-                result = Counter({f"{record.phase}.{key}": value for key, value in result.items()})
+            if record.phase != FORWARD:  # a backward's own recomputation (attention's scores) keeps its phase
+                result = Counter({key if key.startswith(_RECOMPUTED) else f"{record.phase}.{key}": value for key, value in result.items()})
             op_counts.append(OpCount(module, kind, handle, sum(result.values()), record.phase))
             ops = counts.get(scope)
             if ops is None:

@@ -44,5 +44,10 @@ class DataDependentTraceWarning(UserWarning):
     """The JIT trace met Python control flow that depends on tensor values: it counted the path taken."""
 
 
+class IntegerWorkWarning(UserWarning):
+    """A FLOP count left out integer multiply-accumulates (quantized products): the message says how
+    many, in which modules, and that :class:`~jitflops.IntegerOpCountAnalysis` counts them."""
+
+
 class JitFallbackWarning(UserWarning):
     """The JIT tracer cannot trace the model: the dispatch backend counted it instead (the message says why)."""

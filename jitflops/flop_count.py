@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter
 from collections.abc import Mapping
-from typing import Any, Counter, DefaultDict, Optional, Union
+from typing import Any, DefaultDict, Optional, Union
 
 from torch import nn
 
 from .jit_analysis import JitModelAnalysis, per_operator_in_units
 from .counting import Statistics
 from .dispatch_trace import BackwardFn, record_with_dispatch
-from .handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, MASKED_ATTENTION_FORMULAS, Handle
+from .errors import IntegerWorkWarning
+from .handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, INTEGER_MAC_FORMULAS, MASKED_ATTENTION_FORMULAS, Handle
+from .integer_count import IntegerOpCountAnalysis
 from .jit_mask_readings import MaskReadingTrace
 from .meta_values import holds_meta
 from .op_source import OpSource
@@ -87,6 +91,36 @@ class FlopCountAnalysis(JitModelAnalysis):
         masked._op_handles, masked._ignored_ops = dict(self._op_handles), set(self._ignored_ops)
         return masked.set_op_handle(**MASKED_ATTENTION_FORMULAS.handles())
 
+    def integer_macs(self) -> Counter[str]:
+        """The integer multiply-accumulates this FLOP count leaves out (quantized and integer
+        products are no floating-point work), per module that ran them: what
+        :class:`~jitflops.IntegerOpCountAnalysis` counts from the same recording. Empty where the
+        model ran none, or where a handle set here counts them."""
+        trace = self.scoped_trace()
+        left_out = {kind for kind in INTEGER_MAC_FORMULAS.kinds() if kind in self._ignored_ops and kind not in self._op_handles}
+        if not any(kind in left_out for kind, _ in trace.operations()):
+            return Counter()
+        integer = self.of_same_recording(IntegerOpCountAnalysis)
+        per_module: Counter[str] = Counter()
+        for op in integer.op_counts():
+            if op.kind in left_out and op.count:
+                per_module[op.module] += int(op.count)
+        return per_module
+
+    def _warn_left_out(self) -> None:
+        """A FLOP count of 0 for a quantized model is right (no float work) but silent: say where the
+        integer work went, as a warning users can filter (:class:`~jitflops.errors.IntegerWorkWarning`)."""
+        left_out = self.integer_macs()
+        if left_out:
+            where = ", ".join(f"{module or 'the model'!r}: {count:,}" for module, count in left_out.most_common(5))
+            more = f" and {len(left_out) - 5} more modules" if len(left_out) > 5 else ""
+            warnings.warn(
+                f"jitflops: {sum(left_out.values()):,} integer MACs of quantized or integer products are not FLOPs and are "
+                f"left out of this count ({where}{more}): IntegerOpCountAnalysis counts them",
+                IntegerWorkWarning,
+                stacklevel=4,
+            )
+
     @property
     def counts_elementwise(self) -> bool:
         return self._elementwise
@@ -100,7 +134,9 @@ class FlopCountAnalysis(JitModelAnalysis):
         )
         counted = f"; counted by the dispatch backend: {self.fallback_reason}" if self.fallback_reason else ""
         attention = "attention: the pairs its mask keeps" if self._attention == "masked" else "attention dense (masks not followed)"
-        return f"1 fused multiply-add = 1 flop (fvcore's convention: #flops here are MACs; JSON, CSV, op table and DeepSpeed outputs give flops = 2 x MACs); bias adds not counted; {elementwise}; {attention}{counted}"
+        integer = sum(self.integer_macs().values())
+        left_out = f"; integer products are not flops: {integer:,} integer MACs left to IntegerOpCountAnalysis" if integer else ""
+        return f"1 fused multiply-add = 1 flop (fvcore's convention: #flops here are MACs; JSON, CSV, op table and DeepSpeed outputs give flops = 2 x MACs); bias adds not counted; {elementwise}; {attention}{left_out}{counted}"
 
 
 def flop_count(

@@ -19,10 +19,10 @@ from torch import nn
 
 from .flop_count import FlopCountAnalysis
 from .handles import short_op_name
-from .handles.attention import ATTENTION_KERNELS
+from .handles.attention import ATTENTION_KERNELS, SEQUENCE_FIRST_KERNELS
 from .model_io import ModelCall, is_stateful, tensors_inside
 
-_ATTENTION_KEYS = frozenset(short_op_name(kind) for kind in ("aten::scaled_dot_product_attention", *ATTENTION_KERNELS))
+_ATTENTION_KEYS = frozenset(short_op_name(kind) for kind in ("aten::scaled_dot_product_attention", *ATTENTION_KERNELS, *SEQUENCE_FIRST_KERNELS))
 
 
 @dataclass(frozen=True)

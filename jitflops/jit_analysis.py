@@ -14,7 +14,9 @@ import logging
 import typing
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
@@ -29,6 +31,7 @@ from .jit_fallback import USE_DISPATCH, fallback_reason, untraceable_reason
 from .model_guard import collector_paused
 from .model_io import ModelCall
 from .op_source import OpSource
+from .process_groups import ranks_may_communicate
 from .records import BACKWARD, FORWARD, RECOMPUTE
 from .symbolic_counts import DimSpec, SymbolicCount, symbolic_count
 from .scoped_trace import TRACER_WARNING_MODES, ScopedTrace, trace_with_scopes, tracing_plan
@@ -49,6 +52,20 @@ bytes) and integer products (:class:`~jitflops.IntegerOpCountAnalysis` counts th
 _LATER_PHASES = (BACKWARD, RECOMPUTE)
 """The phases whose counts are keyed ``<phase>.<op>``; forward counts are keyed by the op alone."""
 
+_SHARING_A_RECORDING: ContextVar[bool] = ContextVar("jitflops_sharing_a_recording", default=False)
+"""Set while an analysis is made to count from another's recording (:meth:`JitModelAnalysis.of_same_recording`):
+it must not record the model itself."""
+
+
+@contextmanager
+def _sharing_a_recording() -> Iterator[None]:
+    token = _SHARING_A_RECORDING.set(True)
+    try:
+        yield
+    finally:
+        _SHARING_A_RECORDING.reset(token)
+
+
 _CONTAINER_FORWARDS = tuple(cls.forward for cls in (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity, LinearPackedParams))
 """Forwards that are never meant to run: containers', and a quantized Linear's packed weights' (its
 Linear reads them without calling the module)."""
@@ -60,6 +77,12 @@ class JitModelAnalysis:
     An operator belongs to a module if it ran inside that module's ``__call__`` (not an explicit
     ``module.forward(...)`` or another method: those ops go to the caller). Results are computed on
     first request and cached; changing handles recomputes them from the cached trace.
+
+    The model is recorded at the first request, as fvcore does, except in a process that is one of
+    several ranks (``torch.distributed`` initialised, world size > 1): there the forward may run
+    collectives, which every rank must run together, so the model is recorded when the analysis is
+    made, where every rank makes it, and reading a result on one rank (``if rank == 0:
+    print(flops.total())``) runs no collective (``docs/sharded.md``).
     """
 
     def __init__(
@@ -127,6 +150,8 @@ class JitModelAnalysis:
         self.tracer_warnings("no_tracer_warning")
         self.ancestor_mode("owner")
         self.set_op_handle(**self._default_handles())
+        if ranks_may_communicate() and not _SHARING_A_RECORDING.get():
+            self.scoped_trace()
 
     @classmethod
     def _default_handles(cls) -> Mapping[str, Handle]:
@@ -294,7 +319,8 @@ class JitModelAnalysis:
     def of_same_recording(self, cls: type[A], **settings: Any) -> A:
         """An analysis of class ``cls`` (with ``settings``) of this call, counted from this one's
         recording, its warnings left to this one: another statistic of the same run."""
-        other = cls(self._model, self._inputs, self._kwargs, **settings, **self._front_end_settings())
+        with _sharing_a_recording():
+            other = cls(self._model, self._inputs, self._kwargs, **settings, **self._front_end_settings())
         return other.share_trace(self).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
 
     def share_trace(self: T, other: "JitModelAnalysis") -> T:
@@ -388,6 +414,7 @@ class JitModelAnalysis:
             self._warnings_emitted = True
             self._warn_unsupported_ops(self._stats.unsupported_ops.get("", Counter()))
             self._warn_uncalled_mods(self._stats.uncalled_mods)
+            self._warn_left_out()
         return self._stats
 
     def _analyze(self, trace: OpSource) -> Statistics:
@@ -414,6 +441,9 @@ class JitModelAnalysis:
                 "statistics will still contribute to their parent calling module.\n%s",
                 ", ".join(reported),
             )
+
+    def _warn_left_out(self) -> None:
+        """Warn of work this statistic leaves to another analysis (none here: a subclass says)."""
 
     def _has_forward(self, name: str) -> bool:
         module = self._named_modules.get(name)

@@ -33,6 +33,14 @@ def _distributed_class(module: str, name: str) -> Optional[type]:
         return None
 
 
+def ranks_may_communicate() -> bool:
+    """Whether this process is one of several ranks of an initialised process group: a model's
+    forward may then run collectives (DTensor's, FSDP's, DDP's buffer broadcasts, a model's own),
+    which every rank must run at the same point of its program."""
+    distributed = torch.distributed
+    return distributed.is_available() and distributed.is_initialized() and distributed.get_world_size() > 1
+
+
 def dtensor_class() -> Optional[type]:
     """``torch.distributed.tensor.DTensor``."""
     return _distributed_class("torch.distributed.tensor", "DTensor")

@@ -31,7 +31,7 @@ def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False, ba
     """FLOPs and activations of one call, from a single trace. Only unsupported ops are warned about."""
     flops = FlopCountAnalysis(model, call.args, call.kwargs, elementwise=elementwise, backend=backend)
     flops.tracer_warnings("none").uncalled_modules_warnings(False)
-    activations = ActivationCountAnalysis(model, call.args, call.kwargs, backend=backend).share_trace(flops)
+    activations = flops.of_same_recording(ActivationCountAnalysis)
     return flops, activations
 
 

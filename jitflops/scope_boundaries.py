@@ -16,6 +16,7 @@ from typing import Callable, ContextManager, Iterator, Optional, Sequence
 import torch
 
 from .errors import JitflopsError
+from .jit_fallback import USE_DISPATCH
 from .records import node_outputs
 
 KEEP_ALIVE = "prim::Print"
@@ -27,17 +28,22 @@ NodeScopes = dict["torch._C.Node", tuple[Optional[str], str]]
 bookkeeping) and its full scope."""
 
 
-_PRIM_OPS = frozenset({"prim::PythonOp", "prim::CallFunction"})
-"""The ``prim::`` kinds counted as ops; the others are graph bookkeeping."""
-
-
 def prim_op_kind(node: "torch._C.Node", kind: str) -> Optional[str]:
-    """The kind a ``prim::`` node is counted under, or None for graph bookkeeping (not in
-    :data:`_PRIM_OPS`): a custom autograd Function is named after its class, as in fvcore; a call
-    of a Python function is an op."""
-    if kind == "prim::PythonOp":
-        return f"prim::PythonOp.{node.pyname()}"
-    return kind if kind == "prim::CallFunction" else None
+    """The kind a ``prim::`` node is counted under, or None for graph bookkeeping: a custom autograd
+    Function is named after its class, as in fvcore."""
+    return f"prim::PythonOp.{node.pyname()}" if kind == "prim::PythonOp" else None
+
+
+def _scripted_call(node: "torch._C.Node", scope: str) -> JitflopsError:
+    """A scripted function (``torch.jit.script``) called inside the trace: the tracer keeps it as one
+    ``prim::CallFunction`` whose graph holds no shapes, so its ops cannot be counted from the trace
+    (fvcore counts it 0): the dispatch backend counts the model, as it does a scripted module."""
+    name = node.inputsAt(0).node().s("name") if node.inputsSize() else "?"
+    module = scope.rpartition("/")[2]
+    return JitflopsError(
+        f"the forward calls a scripted function, {name} (torch.jit.script), in {f'module {module!r}' if module else 'the model'}, "
+        f"whose graph the trace keeps without shapes; {USE_DISPATCH}"
+    )
 
 
 def full_scope(scope_name: str) -> str:
@@ -130,9 +136,10 @@ def read_in_trace(
         is_prim = kind.startswith("prim::")
         if kind == "prim::Constant" and isinstance(node.output().type(), torch._C.BoolType):
             bools.append(node)
+        if kind == "prim::CallFunction":
+            raise _scripted_call(node, scope)
         if boundaries is not None:
-            op_kind = (prim_op_kind(node, kind) if kind in _PRIM_OPS else None) if is_prim else kind
-            read[node] = (op_kind, scope)
+            read[node] = (prim_op_kind(node, kind) if is_prim else kind, scope)
         if twins:
             if kind == twins[0]:
                 twins.pop(0)

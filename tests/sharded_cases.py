@@ -217,6 +217,37 @@ def pipeline(rank: int, world: int) -> dict[str, Any]:
     }
 
 
+def read_on_rank_0(rank: int, world: int) -> dict[str, Any]:
+    """What people write: every rank makes the analyses of a tensor-parallel MLP, rank 0 alone reads
+    them (a total, the table with activations, the mask-aware count), then the training step's next
+    all_reduce runs on every rank. The analyses' forward (its all_reduce) ran when they were made, on
+    every rank: rank 0's reads run no collective, and the step's all_reduce pairs with itself."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from jitflops import flop_count_table
+
+    model = mlp()
+    parallelize_module(model, init_device_mesh("cpu", (world,)), {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = torch.randn(BATCH, D_IN)
+    with warnings.catch_warnings(), CommDebugMode() as made:
+        warnings.simplefilter("ignore")
+        flops, activations = FlopCountAnalysis(model, x), ActivationCountAnalysis(model, x)
+    figures: dict[str, Any] = {"collectives_when_made": made.get_total_counts()}
+    if rank == 0:
+        with CommDebugMode() as read:
+            figures["total"] = flops.total()
+            figures["table"] = flop_count_table(flops, activations=activations, masked_attention=True)
+            figures["activations"] = activations.total()
+        figures["collectives_when_read"] = read.get_total_counts()
+    step = torch.full((3 * world + 1,), float(rank + 1))  # the step's own all_reduce: another size than the MLP's
+    dist.all_reduce(step)
+    figures["step_all_reduce"] = step.tolist()
+    figures["total_after"] = flops.total()
+    return figures
+
+
 def faults(rank: int, world: int) -> dict[str, Any]:
     """A rank whose profile raises, then a rank that does not profile at all."""
     model = mlp()
@@ -241,6 +272,7 @@ CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "expert_parallel": expert_parallel,
     "pipeline": pipeline,
     "faults": faults,
+    "read_on_rank_0": read_on_rank_0,
 }
 
 

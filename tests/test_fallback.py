@@ -93,6 +93,38 @@ class _BoolScalars(nn.Module):
         return torch.where(filled, masked, True) @ x.transpose(-1, -2)
 
 
+def _squared(x: torch.Tensor) -> torch.Tensor:
+    return torch.mm(x, x)
+
+
+class _CallsAScriptedFunction(nn.Module):
+    """torch's ``test_flop_counter.py::test_torchscript``: a forward calling ``torch.jit.script(foo)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.squared = torch.jit.script(_squared)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.squared(x)
+
+
+def test_a_scripted_function_inside_the_forward_is_counted():
+    """The trace keeps a scripted function as one ``prim::CallFunction`` without shapes (fvcore and
+    jitflops counted it 0, the op unsupported): the dispatch backend counts the model, saying why,
+    125 MACs for a 5x5 by 5x5 product, as ``FlopCounterMode``'s 250 FLOPs; strict raises, naming it."""
+    model, x = _CallsAScriptedFunction(), torch.randn(5, 5)
+    with FlopCounterMode(display=False) as reference:
+        model(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flops = FlopCountAnalysis(model, x)
+        assert flops.total() == 125 == reference.get_total_flops() // 2 and not flops.unsupported_ops()
+    assert flops.counted_by == "dispatch" and "scripted function, _squared" in flops.fallback_reason
+    assert sum(issubclass(w.category, JitFallbackWarning) for w in caught) == 1
+    with pytest.raises(JitflopsError, match=r"scripted function, _squared \(torch.jit.script\), in the model"):
+        FlopCountAnalysis(model, x, strict=True).total()
+
+
 def test_bools_given_as_scalars_are_traced_by_the_jit():
     x = torch.randn(2, 5, 6)
     hand = 2 * 5 * 6 * 6 + 2 * 5 * 6 * 5  # the projection and the product

@@ -189,6 +189,71 @@ def test_sdpa_activations_are_the_output():
     assert activations_of(F.scaled_dot_product_attention, q, q, q).total() == q.numel()
 
 
+class _KernelCall(nn.Module):
+    """One raw CUDA attention kernel (what varlen and nested-tensor attention call), run on meta."""
+
+    def __init__(self, kernel, *arguments) -> None:
+        super().__init__()
+        self.kernel, self.arguments = kernel, arguments
+
+    def forward(self, *tensors):
+        return self.kernel(*tensors, *self.arguments)[0]
+
+
+def _kernel_count(kernel, tensors, *arguments, attention="dense"):
+    module = _KernelCall(kernel, *arguments)
+    return FlopCountAnalysis(module, tensors, backend="dispatch", attention=attention).unsupported_ops_warnings(False).by_operator()
+
+
+# torch's test_flash_attention_forward_flop_layout shape: B=2, H=8, S=128 (D=64: the issue's 33,554,432)
+B, S, H = 2, 128, 8
+
+
+@pytest.mark.parametrize("head_dim, value_dim", [(128, 128), (64, 64), (64, 32)])
+def test_flash_and_efficient_kernels_count_in_their_sequence_first_layout(head_dim, value_dim):
+    """(batch, sequence, heads, dim): B·H·S·S·(E + Ev) MACs forward; the backward's five products,
+    the gradients' four under ``backward.`` and the recomputed scores under ``recompute.``:
+    2·B·H·S²·(3·E + 2·Ev) FLOPs in all, as FlopCounterMode's sdpa_backward_flop_count charges."""
+    aten = torch.ops.aten
+    q, k = torch.empty(B, S, H, head_dim, device="meta"), torch.empty(B, S, H, head_dim, device="meta")
+    v = torch.empty(B, S, H, value_dim, device="meta")
+    out, logsumexp = torch.empty(B, S, H, value_dim, device="meta"), torch.empty(B, H, S, device="meta")
+    forward = B * H * S * S * (head_dim + value_dim)
+    assert (head_dim, value_dim) != (64, 64) or forward == 33_554_432
+    assert _kernel_count(aten._flash_attention_forward, (q, k, v), None, None, S, S, 0.0, False, False) == {"_flash_attention_forward": forward}
+    assert _kernel_count(aten._efficient_attention_forward, (q, k, v), None, None, None, S, S, 0.0, 0) == {"_efficient_attention_forward": forward}
+    empty, seed = torch.empty(0, device="meta", dtype=torch.long), torch.empty((), device="meta", dtype=torch.long)
+    five = {"backward": 2 * forward, "recompute": B * H * S * S * head_dim}
+    assert 2 * sum(five.values()) == 2 * B * H * S * S * (3 * head_dim + 2 * value_dim)
+    flash = _kernel_count(aten._flash_attention_backward, (out, q, k, v, out, logsumexp, empty, empty), S, S, 0.0, False, seed, seed)
+    assert flash == {"_flash_attention_backward": five["backward"], "recompute._flash_attention_backward": five["recompute"]}
+    efficient = _kernel_count(aten._efficient_attention_backward, (out, q, k, v, None, out, None, None), S, S, logsumexp, 0.0, seed, seed, 0, False)
+    assert efficient == {"_efficient_attention_backward": five["backward"], "recompute._efficient_attention_backward": five["recompute"]}
+
+
+def test_flash_and_efficient_kernels_causal_grouped_and_packed():
+    """Grouped-query keys (2 heads for 8), a longer key than query, the kernels' causal flags under
+    the mask-aware convention (top-left and bottom-right alignment), and packed sequences counted at
+    their largest lengths (FlopCounterMode's bound on fake offsets)."""
+    aten, L = torch.ops.aten, 96
+    q, k = torch.empty(B, L, H, 64, device="meta"), torch.empty(B, S, 2, 64, device="meta")
+    dense = B * H * L * S * 128
+    assert _kernel_count(aten._flash_attention_forward, (q, k, k), None, None, L, S, 0.0, True, False) == {"_flash_attention_forward": dense}
+    top_left = sum(min(i + 1, S) for i in range(L))
+    bottom_right = sum(min(i + 1 + S - L, S) for i in range(L))
+    counted = {
+        mask_type: _kernel_count(aten._efficient_attention_forward, (q, k, k), None, None, None, L, S, 0.0, mask_type, attention="masked")["_efficient_attention_forward"]
+        for mask_type in (0, 1, 2)
+    }
+    assert counted == {0: dense, 1: B * H * top_left * 128, 2: B * H * bottom_right * 128}
+    flash = _kernel_count(aten._flash_attention_forward, (q, k, k), None, None, L, S, 0.0, True, False, attention="masked")
+    assert flash == {"_flash_attention_forward": counted[1]}
+    packed_q, packed_k = torch.empty(300, H, 64, device="meta"), torch.empty(300, H, 64, device="meta")
+    offsets = torch.empty(4, dtype=torch.int32, device="meta")  # three sequences, the longest 150 tokens
+    packed = _kernel_count(aten._flash_attention_forward, (packed_q, packed_k, packed_k, offsets, offsets), 150, 150, 0.0, False, False)
+    assert packed == {"_flash_attention_forward": 3 * H * 150 * 150 * 128}
+
+
 # ---------------------------------------------------------------------- recurrent
 
 @pytest.mark.parametrize(

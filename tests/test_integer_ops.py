@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from jitflops import FlopCountAnalysis, IntegerOpCountAnalysis, JitFallbackWarning, profile_model
+from jitflops import FlopCountAnalysis, IntegerOpCountAnalysis, IntegerWorkWarning, JitFallbackWarning, flop_count_table, profile_model
 from jitflops.deepspeed_report import format_model_profile
 from jitflops.export import profile_to_dict
 
@@ -54,6 +54,28 @@ class _StaticQuantNet(nn.Module):
 
 
 @pytest.mark.skipif("fbgemm" not in torch.backends.quantized.supported_engines, reason="no fbgemm engine")
+def test_a_flop_count_of_integer_work_says_where_its_integer_macs_went():
+    """The issue's case, fvcore's silent zero (and thop#202's): ``FlopCountAnalysis`` of a dynamically
+    quantized Linear(64, 64) on 4 rows is 0 FLOPs, and its warning and convention line now name
+    the 4 x 64 x 64 = 16,384 integer MACs and their module; a float model warns of none."""
+    model = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.Linear(64, 64)), {nn.Linear}, dtype=torch.qint8)
+    x = torch.randn(4, 64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flops = FlopCountAnalysis(model, x)
+        assert flops.total() == 0
+    said = [str(w.message) for w in caught if issubclass(w.category, IntegerWorkWarning)]
+    assert len(said) == 1 and "16,384 integer MACs" in said[0] and "'0': 16,384" in said[0] and "IntegerOpCountAnalysis" in said[0]
+    assert flops.integer_macs() == {"0": 16_384} == {"0": IntegerOpCountAnalysis(model, x).total("0")}
+    assert "16,384 integer MACs left to IntegerOpCountAnalysis" in flop_count_table(flops)
+    counted = FlopCountAnalysis(model, x).set_op_handle("quantized::linear_dynamic", lambda inputs, outputs: 1)
+    assert not counted.integer_macs()  # a handle set for the op counts it: nothing left out
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert FlopCountAnalysis(_mlp(), torch.randn(4, 16)).total() == 4 * (16 * 32 + 32 * 8)
+    assert not [w for w in caught if issubclass(w.category, IntegerWorkWarning)]
+
+
 def test_statically_quantized_convolutions_and_linear_count_as_the_float_model():
     torch.manual_seed(0)
     float_model = _StaticQuantNet().eval()

@@ -54,8 +54,10 @@ def test_the_training_loop_profiler_reports_the_mfu_of_forward_and_backward():
     seconds = summary.forward.median + summary.backward.median
     discarded = 3 * 2 * summary.masked_out_macs  # the forward's and the backward's (twice the forward's)
     assert summary.masked_out_macs > 0
+    # the fused attention backward recomputes its scores: 2 layers x B·H·L·S·E, hardware work, not the model's
+    assert summary.recompute_macs == 2 * 2 * 4 * 16 * 16 * 16
     assert summary.mfu == pytest.approx((summary.flops + summary.backward_flops - discarded) / seconds / PEAK)
-    assert summary.hfu == pytest.approx((summary.flops + summary.backward_flops) / seconds / PEAK)
+    assert summary.hfu == pytest.approx((summary.flops + summary.backward_flops + 2 * summary.recompute_macs) / seconds / PEAK)
 
 
 def test_get_model_profile_prints_mfu(capsys):

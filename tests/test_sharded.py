@@ -82,6 +82,22 @@ def _holds_norm_redundancy(ranks: list[dict], world: int) -> None:
         assert rank["comm_debug"] == {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 2}
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_reading_a_count_on_rank_0_runs_no_collective(tmp_path, world):
+    """``if rank == 0: print(flops.total())`` before the next all_reduce: the forward's all_reduce ran
+    when the analyses were made, on every rank (gloo aborted the job with 'Received data size
+    doesn't match expected size' when the read ran it on rank 0 alone)."""
+    ranks = spawn("read_on_rank_0", world, tmp_path)
+    for rank, figures in enumerate(ranks):
+        assert figures["collectives_when_made"] == 2  # one forward per analysis, each with its Rowwise all_reduce
+        assert figures["step_all_reduce"] == [world * (world + 1) / 2] * (3 * world + 1)
+        assert figures["total_after"] == MLP_MACS // world
+    assert ranks[0]["collectives_when_read"] == 0 and ranks[0]["total"] == MLP_MACS // world
+    assert ranks[0]["activations"] == BATCH * D_HIDDEN // world + BATCH * D_IN
+    model_row = ranks[0]["table"].splitlines()[2].split("|")
+    assert model_row[1].strip() == "model" and model_row[3].strip() == {2: "0.131M", 4: "65.536K"}[world]  # MLP_MACS // world
+
+
 def test_fsdp2_and_ddp_ranks_count_their_batches_and_communication(tmp_path):
     world = 2
     for rank in spawn("data_parallel", world, tmp_path):

@@ -8,7 +8,7 @@ forms, attention, and recurrent layers (their output sequence).
 from __future__ import annotations
 
 from ..records import OpRecord
-from .attention import ATTENTION_KERNELS
+from .attention import ATTENTION_KERNELS, SEQUENCE_FIRST_KERNELS
 from .convolution import CONVOLUTION_KINDS, TRANSPOSED_KINDS
 from .registry import ACTIVATION_FORMULAS, with_inplace
 from .shapes import prod
@@ -27,7 +27,7 @@ def convolution_activations(op: OpRecord) -> int:
     *with_inplace("addmm addmv addbmm baddbmm addr"),
     "aten::outer", "aten::ger", "aten::tensordot", "aten::linalg_multi_dot", "aten::chain_matmul", "aten::linalg_vecdot",
     "aten::_grouped_mm", "aten::_scaled_grouped_mm", "aten::_scaled_mm", "aten::_scaled_mm_v2", "aten::bilinear", "aten::_trilinear",
-    *ATTENTION_KERNELS,
+    *ATTENTION_KERNELS, *SEQUENCE_FIRST_KERNELS,
 )
 def product_activations(op: OpRecord) -> int:
     return op.output_numel()
