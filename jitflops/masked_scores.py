@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from .handles.attention import ATTENTION_PRODUCTS, SOFTMAX_KINDS
+from .handles.attention import ATTENTION_PRODUCTS, SOFTMAX_KINDS, left_operand, mark_left_operand
 from .records import BACKWARD, OpRecord, TensorMeta
 
 LOOK_BACK = 24
@@ -71,9 +71,8 @@ class MaskedScorePairing:
         if waiting is None:
             return
         scores, scores_product = waiting
-        index = record.arg_names.index(ATTENTION_PRODUCTS[record.kind]) if record.arg_names else 0
-        if _entries(record.input(index)) == scores.numel:
+        if _entries(left_operand(record)) == scores.numel:
             if scores_product is not None:
                 scores_product.outputs[0] = replace(scores_product.outputs[0], kept=scores.kept)
-            record.set_input(index, replace(record.input(index), kept=scores.kept))
+            mark_left_operand(record, scores.kept)
             del self._waiting[(path, record.phase)]

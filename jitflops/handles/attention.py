@@ -38,9 +38,11 @@ largest length (``max_q`` x ``max_k`` pairs), an upper bound, since a record hol
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from ..errors import OpShapeError
 from ..records import RECOMPUTE, OpRecord, TensorMeta
+from .einsum import einsum_flops
 from .linear_algebra import baddbmm_flops, matmul_flops
 from .registry import FLOP_FORMULAS, FormulaTable, short_op_name
 from .shapes import prod
@@ -104,8 +106,29 @@ def attention_backward_flops(op: OpRecord) -> Counter:
 
 SOFTMAX_KINDS = frozenset({"aten::_softmax", "aten::softmax", "aten::_safe_softmax"})
 
-ATTENTION_PRODUCTS = {"aten::bmm": "self", "aten::mm": "self", "aten::matmul": "self", "aten::baddbmm": "batch1"}
-"""The products eager attention is built from, each with its left operand (the weights, in ``weights @ value``)."""
+ATTENTION_PRODUCTS = {"aten::bmm": "self", "aten::mm": "self", "aten::matmul": "self", "aten::baddbmm": "batch1", "aten::einsum": "tensors"}
+"""The products eager attention is built from, each with its left operand (the weights, in ``weights @ value``;
+an einsum's first operand), which the JIT keeps whole where the dispatch backend sees ``bmm``."""
+
+
+def _left_operand_index(op: OpRecord) -> int:
+    return op.arg_names.index(ATTENTION_PRODUCTS[op.kind]) if op.arg_names else 0
+
+
+def left_operand(op: OpRecord) -> object:
+    """An attention product's left operand (an einsum's first tensor)."""
+    value = op.input(_left_operand_index(op))
+    return value[0] if isinstance(value, list) and value else value
+
+
+def mark_left_operand(op: OpRecord, kept: int) -> None:
+    """Mark an attention product's left operand (the weights) with the entries its mask kept."""
+    index = _left_operand_index(op)
+    value = op.input(index)
+    if isinstance(value, list):
+        op.set_input(index, [replace(value[0], kept=kept), *value[1:]])
+    else:
+        op.set_input(index, replace(value, kept=kept))
 
 MASKED_ATTENTION_FORMULAS = FormulaTable("mask-aware attention formulas")
 """The forward attention ops counted by the pairs their mask keeps (the ``attention="masked"`` convention)."""
@@ -157,8 +180,8 @@ def masked_product_flops(op: OpRecord) -> int:
     """Eager attention (``softmax(q @ k^T + mask) @ v`` in products): the scores product counts the
     scores its mask keeps, the weights product the weights it keeps, where the dispatch backend
     marked them (:mod:`jitflops.masked_scores`); any other product counts dense."""
-    dense = baddbmm_flops(op) if op.kind == "aten::baddbmm" else matmul_flops(op)
-    for meta in (op.outputs[0], op.arg(ATTENTION_PRODUCTS[op.kind])):
+    dense = {"aten::baddbmm": baddbmm_flops, "aten::einsum": einsum_flops}.get(op.kind, matmul_flops)(op)
+    for meta in (op.outputs[0], left_operand(op)):
         if isinstance(meta, TensorMeta) and meta.kept is not None:
             return dense * meta.kept // meta.numel
     return dense
