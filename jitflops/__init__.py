@@ -3,6 +3,7 @@ operator and per module, in one hierarchy."""
 
 from ._version import __version__
 from .activation_count import ActivationCountAnalysis, activation_count
+from .byte_count import ByteCountAnalysis
 from .jit_analysis import JitModelAnalysis
 from .communication import CollectiveTotals, CommunicationAnalysis
 from .collective_recorder import CollectiveLog, record_collectives
@@ -29,6 +30,7 @@ from .timing import LatencyStats, TimedPass, time_model
 
 __all__ = [
     "ActivationCountAnalysis",
+    "ByteCountAnalysis",
     "CollectiveLog",
     "CollectiveTotals",
     "CommunicationAnalysis",
