@@ -30,11 +30,13 @@ import torch
 from torch import nn
 
 from . import __version__
+from .calibration import calibrate
+from .devices import device_spec, is_device_name
 from .examples import all_examples
 from .export import ops_to_csv, profile_to_json, spans_to_chrome_trace
 from .html_report import profile_to_html
 from .file_output import check_writable, write_text
-from .formatting import format_quantity, format_seconds
+from .formatting import deepspeed_bytes, deepspeed_seconds, format_quantity, format_seconds
 from .model_profile import ModelProfile
 from .named_models import looks_like_model_name, model_from_name
 from .profile import profile_model
@@ -272,7 +274,8 @@ def make_parser() -> argparse.ArgumentParser:
     inputs.add_argument("--input-shape", help="a random float input of this shape, e.g. 1,3,224,224")
     inputs.add_argument("--input-ids", help="random token ids of this shape, e.g. 1,128")
     parser.add_argument("--kwargs", help='keyword arguments as JSON; "ones:1,128", "zeros:..", "randn:..", "ids:.." make tensors')
-    parser.add_argument("--device", help="cpu, cuda, cuda:N or meta (meta: counts only, no memory); default: meta for a named model, else cpu")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N or meta (meta: counts only, no memory); or a device to predict the time on, counted on meta: a name of the device table (h100, a100-40gb, mi300x, ...) or a spec from 'jitflops calibrate'; default: meta for a named model, else cpu")
+    parser.add_argument("--predict", metavar="DEVICE", help="also predict each module's time on DEVICE from a roofline (a name of the device table, or a spec file from 'jitflops calibrate'), beside the measured time with --profile")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--profile", action="store_true", help="also time the model: DeepSpeed-style profile")
@@ -318,6 +321,9 @@ def run(args: argparse.Namespace) -> str:
     if args.task and not named:
         raise UsageError("--task picks the head of a named transformers model (a Hub id, folder or config.json)")
     args.device = args.device or ("meta" if named else "cpu")
+    prediction = device_spec(args.predict) if args.predict else None
+    if is_device_name(args.device) or args.device.endswith(".json"):  # a device to predict for: counted on meta
+        prediction, args.device = device_spec(args.device), "meta"
     _check_options(args)
     if args.trace and not args.profile:
         raise UsageError("--trace needs --profile (it records the timed pass)")
@@ -327,7 +333,8 @@ def run(args: argparse.Namespace) -> str:
     try:
         device = torch.device(args.device)
     except RuntimeError:
-        raise UsageError(f"unknown device {args.device!r}") from None
+        device_spec(args.device)  # the table's error: the known names
+        raise
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda, but CUDA is not available on this machine")
     for path in (args.output, args.trace, args.html):
@@ -350,18 +357,40 @@ def run(args: argparse.Namespace) -> str:
         model, positional, keywords, timed=args.profile, warm_up=args.warm_up, repeats=args.repeats,
         with_ops=args.ops, elementwise=args.elementwise, progress=_progress(args.quiet),
         backend=args.backend, backward=args.backward, peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
+        device=prediction,
     )
     if args.trace:
         write_text(args.trace, spans_to_chrome_trace(profile.spans))
     if args.html:
         write_text(args.html, profile_to_html(profile))
     report = render(args, profile)
+    summary = profile.summary
+    if prediction is not None and args.format in ("table", "tree") and not args.profile:  # the DeepSpeed printout and the JSON say it themselves
+        report += (f"\n\nPredicted forward on {prediction.name} (roofline, {summary.bound}-bound): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
+                   f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte")
     if named and args.format in ("table", "tree") and not (args.profile and args.format == "table"):  # the DeepSpeed printout and the JSON say it themselves
         report = f"Model: {profile.summary.model_class}, built from {args.factory}\n\n{report}"
     return report
 
 
+def calibrate_main(argv: Sequence[str]) -> int:
+    """``jitflops calibrate``: measure this machine's device and save (or print) its spec."""
+    parser = argparse.ArgumentParser(prog="jitflops calibrate", description="Measure this machine's matmul FLOP/s per dtype, copy bandwidth and launch time, as a device spec for --device SPEC.json.")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+    parser.add_argument("--output", help="write the spec here (JSON); default: print it")
+    args = parser.parse_args(argv)
+    spec = calibrate(args.device)
+    if args.output:
+        write_text(args.output, spec.to_json())
+    else:
+        print(spec.to_json())
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["calibrate"]:
+        return calibrate_main(argv[1:])
     parser = make_parser()
     args = parser.parse_args(argv)
     try:

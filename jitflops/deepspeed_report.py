@@ -76,6 +76,23 @@ def _cluster_lines(profile: ModelProfile) -> list[str]:
     return lines
 
 
+def _roofline_lines(summary: ProfileSummary) -> list[str]:
+    """The bytes the forward moves, its intensity and, on a prediction device, the roofline's time
+    beside the measured one."""
+    if not summary.bytes:
+        return []
+    lines = [
+        _line("fwd bytes read and written per GPU", deepspeed_bytes(summary.bytes)),
+        _line("fwd arithmetic intensity = fwd flops / fwd bytes", f"{summary.intensity:.3g} flops/byte"),
+    ]
+    spec = summary.prediction_device
+    if spec is not None and summary.predicted_s is not None:
+        lines.append(_line(f"predicted fwd latency on {spec.name} (roofline, {summary.bound}-bound)", _seconds(summary.predicted_s)))
+        if summary.predicted_to_measured is not None:
+            lines.append(_line("predicted / measured fwd latency", f"{summary.predicted_to_measured:.3g}"))
+    return lines
+
+
 def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str) -> list[str]:
     mp = summary.parallel.model_parallel
     forward = summary.forward.median if summary.forward else None
@@ -117,6 +134,7 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
     lines.append(_line("counted by", summary.front_end))
     if summary.model_class:
         lines.append(_line("model class", summary.model_class))
+    lines += _roofline_lines(summary)
     lines += _communication_lines(summary)
     if summary.forward is not None and len(summary.forward.samples) > 1:
         lines.append(_line("fwd latency runs", f"median of {len(summary.forward.samples)} runs, IQR {deepspeed_seconds(summary.forward.iqr)}"))

@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence
 from torch import nn
 
 from .activation_count import ActivationCountAnalysis
+from .byte_count import ByteCountAnalysis
 from .communication import CommunicationAnalysis
 from .integer_count import IntegerOpCountAnalysis
 from .counting import module_aliases
@@ -49,6 +50,22 @@ class ModuleProfile:
     masked_out_macs: int = 0
     """Attention MACs the masks discard (counted in :attr:`macs`, the dense convention; the
     mask-aware count is ``macs - masked_out_macs``)."""
+    bytes: int = 0
+    """Bytes its ops read and write (:class:`~jitflops.ByteCountAnalysis`)."""
+    predicted_s: Optional[float] = None
+    """Seconds the roofline predicts for it on the profile's prediction device (None: not asked for)."""
+
+    @property
+    def intensity(self) -> Optional[float]:
+        """Arithmetic intensity: FLOPs per byte read or written (None: it moves nothing)."""
+        return self.flops / self.bytes if self.bytes else None
+
+    @property
+    def predicted_to_measured(self) -> Optional[float]:
+        """Predicted over measured time (None: not both)."""
+        if self.predicted_s is None or self.latency is None or self.latency.median <= 0:
+            return None
+        return self.predicted_s / self.latency.median
 
     @property
     def macs(self) -> int:
@@ -128,6 +145,9 @@ def remove_module_types(root: ModuleProfile, model: nn.Module, ignored: Sequence
                     ancestor.comm_bytes_by_collective = +(ancestor.comm_bytes_by_collective - child.comm_bytes_by_collective)
                     ancestor.int_macs_by_op = +(ancestor.int_macs_by_op - child.int_macs_by_op)
                     ancestor.masked_out_macs -= child.masked_out_macs
+                    ancestor.bytes -= child.bytes
+                    if ancestor.predicted_s is not None and child.predicted_s is not None:
+                        ancestor.predicted_s -= child.predicted_s
                     ancestor.activations -= child.activations
                     ancestor.latency = _subtract(ancestor.latency, child.latency)
             else:
@@ -147,9 +167,11 @@ def build_hierarchy(
     latency: Optional[Mapping[str, LatencyStats]] = None,
     ignore_modules: Sequence[type] = (),
     communication: Optional[CommunicationAnalysis] = None,
+    predicted: Optional[Mapping[str, float]] = None,
 ) -> ModuleProfile:
     """The model's module tree with counts, communication and latency (seconds per canonical module name) attached.
-    The integer MACs and the attention work masks discard are counted from ``flops``' recording.
+    The integer MACs, the attention work masks discard and the bytes moved are counted from
+    ``flops``' recording; ``predicted`` holds the roofline's seconds per module, where asked for.
 
     Modules of a type in ``ignore_modules`` are left out and their MACs, activations and latency
     are removed from their ancestors too (parameters stay: they are still in the model). Without
@@ -162,6 +184,7 @@ def build_hierarchy(
     comm = communication.by_module_and_operator() if communication is not None else {}
     int_macs = flops.of_same_recording(IntegerOpCountAnalysis).by_module_and_operator() if flops is not None else {}
     useful = flops.masked_attention().by_module(emit_warnings=False) if flops is not None else Counter()
+    traffic = flops.of_same_recording(ByteCountAnalysis).by_module(emit_warnings=False) if flops is not None else Counter()
     dense = flops.by_module(emit_warnings=False) if flops is not None else Counter()
     uncalled = flops.uncalled_modules(emit_warnings=False) if flops is not None else None
     latency = latency or {}
@@ -182,6 +205,8 @@ def build_hierarchy(
             comm_bytes_by_collective=+Counter(comm.get(name, {})),
             int_macs_by_op=+Counter(int_macs.get(name, {})),
             masked_out_macs=dense.get(name, 0) - useful.get(name, 0),
+            bytes=traffic.get(name, 0),
+            predicted_s=predicted.get(name, 0.0) if predicted is not None else None,
         )
         for key, child in module.named_children():
             child_name = f"{name}.{key}" if name else key
@@ -224,6 +249,8 @@ def combined_trees(
             comm_bytes_by_collective=_weighted_sum((other.comm_bytes_by_collective, weight) for other, weight in same),
             int_macs_by_op=_weighted_sum((other.int_macs_by_op, weight) for other, weight in same),
             masked_out_macs=sum(other.masked_out_macs * weight for other, weight in same),
+            bytes=sum(other.bytes * weight for other, weight in same),
+            predicted_s=None if any(other.predicted_s is None for other, _ in same) else sum(other.predicted_s * weight for other, weight in same),
             called=any(other.called for other, _ in same),
             latency=latency_of(node.name, [other.latency for other, _ in same]) or _sum_of_children(children),
             children=children,

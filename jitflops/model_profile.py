@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .communication import CollectiveTotals
+from .devices import DeviceSpec
 from .generation import GenerationCount
 from .hierarchy import ModuleProfile
 from .model_io import ModelCall
@@ -101,6 +102,33 @@ class ProfileSummary:
     """The collectives the profiled calls ran, summed per collective (none in one process)."""
     model_class: str = ""
     """The class of the profiled model (``LlamaForCausalLM``): what a model built from a name turned out to be."""
+    bytes: int = 0
+    """Bytes the forward's ops read and write (:class:`~jitflops.ByteCountAnalysis`)."""
+    predicted_s: Optional[float] = None
+    """The forward's time the roofline predicts on :attr:`prediction_device` (None: not asked for)."""
+    prediction_device: Optional[DeviceSpec] = None
+
+    @property
+    def intensity(self) -> Optional[float]:
+        """Arithmetic intensity of the forward: FLOPs per byte."""
+        return self.flops / self.bytes if self.bytes else None
+
+    @property
+    def bound(self) -> Optional[str]:
+        """``"compute"`` or ``"memory"``: the forward's intensity against the prediction device's ridge point."""
+        spec = self.prediction_device
+        if spec is None or self.intensity is None:
+            return None
+        dtype = {8: torch.float64, 2: torch.bfloat16, 1: torch.int8}.get(self.element_bytes, torch.float32)
+        ridge = spec.compute_efficiency * spec.peak_for(dtype) / (spec.memory_efficiency * spec.memory_bandwidth)
+        return "compute" if self.intensity >= ridge else "memory"
+
+    @property
+    def predicted_to_measured(self) -> Optional[float]:
+        """The forward's predicted time over its measured one (None: not both)."""
+        if self.predicted_s is None or self.forward is None or self.forward.median <= 0:
+            return None
+        return self.predicted_s / self.forward.median
 
     @property
     def comm_bytes(self) -> int:
@@ -128,6 +156,8 @@ class ProfileSummary:
             masked_out_macs=root.masked_out_macs,
             device=str(model_device(model, call)) if call else "cpu",
             model_class=type(model).__name__,
+            bytes=root.bytes,
+            predicted_s=root.predicted_s,
             element_bytes=next((p.dtype.itemsize for p in model.parameters() if p.dtype.is_floating_point), 4),
             **measured,
         )

@@ -22,6 +22,8 @@ from .model_profile import ModelProfile, ProfileSummary, profile_convention
 from .op_table import op_table
 from .peak_flops import model_peak_flops
 from .records import BACKWARD, RECOMPUTE
+from .roofline import DeviceLike, PredictedTimeAnalysis
+from .devices import device_spec
 from .timing import time_modules
 
 Progress = Callable[[Iterator[int], int, str], Iterator[int]]
@@ -63,6 +65,7 @@ def profile_model(
     model_parallel_size: int = 1,
     peak_flops: Optional[float] = None,
     progress: Optional[Progress] = None,
+    device: Optional[DeviceLike] = None,
 ) -> ModelProfile:
     """Count (by trace) and time (eagerly) ``model`` on one call, into one :class:`ModelProfile`.
 
@@ -74,8 +77,13 @@ def profile_model(
     and reported beside the forward's. ``peak_flops`` (FLOP/s) is what MFU is measured against; by
     default the device's (:mod:`jitflops.peak_flops`: datasheets for GPUs, a GEMM probe on a CPU).
     In a multi-process run every rank profiles its own share, and the profiles are gathered
-    (:mod:`jitflops.distributed`); a rank that fails is named on every rank.
+    (:mod:`jitflops.distributed`); a rank that fails is named on every rank. Every profile has the
+    bytes each module's ops move; with ``device`` (a name of the device table such as ``"h100"``,
+    a spec file, a :class:`~jitflops.devices.DeviceSpec`) it also has the time the roofline predicts
+    there, per module (:mod:`jitflops.roofline`), beside the measured time where the call was timed.
     """
+    spec = device_spec(device) if device is not None else None
+
     def this_rank() -> ModelProfile:
         call = ModelCall.from_user(inputs, kwargs)
         flops, activations = count_model(model, call, elementwise, backend)
@@ -84,7 +92,8 @@ def profile_model(
         rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats)) if with_ops else ()
         step = training_step_analysis(model, call, backward) if backward else None
         communication = communication_of(step or flops)  # the backward's collectives too, where it was recorded
-        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication)
+        predicted = flops.of_same_recording(PredictedTimeAnalysis, device=spec).by_module(emit_warnings=False) if spec is not None else None
+        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication, predicted)
         backward_macs, recompute_macs = backward_macs_of(step) if step else (None, None)
         summary = ProfileSummary.of(
             root, model, call, model_parallel_size,
@@ -96,6 +105,7 @@ def profile_model(
             counted_by=flops.counted_by,
             fallback_reason=flops.fallback_reason,
             collectives=tuple(communication.by_collective().values()) if communication else (),
+            prediction_device=spec,
         )
         return ModelProfile(root, summary, profile_convention(elementwise), rows, timing.spans if timing else (), None, flops, activations)
 

@@ -1,0 +1,209 @@
+"""Devices as a roofline sees them: dense peak FLOP/s per dtype, memory bandwidth, memory size.
+
+:data:`DEVICES` holds datasheet figures (dense: without structured sparsity; where a datasheet gives
+only the sparse figure, half of it), each with its source. A :class:`DeviceSpec` can also come from
+a JSON file, written by ``jitflops calibrate`` (measured on the machine it ran on) or by hand.
+
+What a datasheet peak leaves out, the efficiencies put in: the share of the peak FLOP/s and of the
+bandwidth that kernels reach, and a fixed cost per kernel launch. A datasheet device uses the
+defaults below, which are typical achieved shares, not measurements of this package (cuBLAS's large
+bf16 GEMMs reach 70-80% of an H100's dense peak; copies 80-90% of its HBM bandwidth; a CUDA launch
+costs a few microseconds). A calibrated spec carries what was measured (its efficiencies are 1: its
+peaks are already what ran).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+import torch
+
+TERA = 1e12
+
+DTYPE_KEYS = ("float64", "float32", "tf32", "bfloat16", "float16", "float8", "int8")
+"""The keys of a spec's peaks: torch's dtype names, ``tf32`` for float32 matmuls on tensor cores,
+``float8`` for every 8-bit float."""
+
+_FLOAT8 = {getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, name)}
+
+
+class DeviceSpecError(ValueError):
+    """A device name that names no known device, or a spec that cannot be used: the message says why."""
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What a roofline needs of a device. ``peak_flops`` maps :data:`DTYPE_KEYS` to dense FLOP/s."""
+
+    name: str
+    peak_flops: Mapping[str, float]
+    memory_bandwidth: float
+    """Bytes per second."""
+    memory_bytes: Optional[int] = None
+    compute_efficiency: float = 0.75
+    """The share of the peak FLOP/s kernels reach (default: typical, not measured)."""
+    memory_efficiency: float = 0.85
+    """The share of the bandwidth kernels reach (default: typical, not measured)."""
+    launch_s: float = 5e-6
+    """A fixed cost per kernel (a CUDA launch, an eager op's dispatch on the CPU)."""
+    source: str = ""
+    matches: tuple[str, ...] = field(default=(), compare=False)
+    """Fragments of ``torch.cuda.get_device_name`` that name this device, most specific first."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.memory_bandwidth, (int, float)) or not math.isfinite(self.memory_bandwidth) or self.memory_bandwidth <= 0:
+            problems.append(f"memory_bandwidth must be a positive number of bytes per second, got {self.memory_bandwidth!r}")
+        if not self.peak_flops:
+            problems.append("peak_flops is empty: give at least one dtype's dense FLOP/s")
+        for key, value in self.peak_flops.items():
+            if key not in DTYPE_KEYS:
+                problems.append(f"peak_flops has an unknown dtype {key!r} (known: {', '.join(DTYPE_KEYS)})")
+            elif not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                problems.append(f"peak_flops[{key!r}] must be a positive FLOP/s, got {value!r}")
+        for name in ("compute_efficiency", "memory_efficiency"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value <= 1:
+                problems.append(f"{name} must be in (0, 1], got {value!r}")
+        if not isinstance(self.launch_s, (int, float)) or self.launch_s < 0:
+            problems.append(f"launch_s must be a non-negative number of seconds, got {self.launch_s!r}")
+        if problems:
+            raise DeviceSpecError(f"device spec {self.name!r}: " + "; ".join(problems))
+
+    def peak_for(self, dtype: Optional[torch.dtype], tf32: bool = False) -> float:
+        """The dense peak for ``dtype`` (float32 on tensor cores where ``tf32``), else the nearest
+        wider one the spec has (an 8-bit float on a device without float8 runs as bfloat16)."""
+        key = dtype_key(dtype, tf32)
+        for candidate in _WIDER.get(key, (key,)):
+            if candidate in self.peak_flops:
+                return float(self.peak_flops[candidate])
+        return float(max(self.peak_flops.values()))
+
+    def to_json(self) -> str:
+        document = {name: value for name, value in dataclasses.asdict(self).items() if name != "matches"}
+        return json.dumps(document, indent=1)
+
+    @classmethod
+    def from_mapping(cls, document: Mapping[str, Any], origin: str = "") -> "DeviceSpec":
+        known = {field.name for field in dataclasses.fields(cls)} - {"matches"}
+        unknown = set(document) - known
+        missing = {"name", "peak_flops", "memory_bandwidth"} - set(document)
+        if unknown or missing:
+            parts = ([f"missing {', '.join(sorted(missing))}"] if missing else []) + ([f"unknown keys {', '.join(sorted(unknown))}"] if unknown else [])
+            raise DeviceSpecError(f"device spec {origin or document.get('name', '?')!r}: {'; '.join(parts)} (keys: {', '.join(sorted(known))})")
+        return cls(**{**document, "peak_flops": dict(document["peak_flops"])})
+
+
+_WIDER = {"float8": ("float8", "int8", "bfloat16", "float16"), "int8": ("int8", "float8", "bfloat16"), "tf32": ("tf32", "float32"),
+          "float16": ("float16", "bfloat16"), "bfloat16": ("bfloat16", "float16"), "float64": ("float64", "float32")}
+
+
+def dtype_key(dtype: Optional[torch.dtype], tf32: bool = False) -> str:
+    """A dtype's key in a spec's peaks (float32 where unknown)."""
+    if dtype is None:
+        return "tf32" if tf32 else "float32"
+    if dtype in _FLOAT8:
+        return "float8"
+    if dtype in (torch.int8, torch.uint8):
+        return "int8"
+    if dtype == torch.float32 and tf32:
+        return "tf32"
+    return str(dtype).removeprefix("torch.")
+
+
+def _tflops(**peaks: float) -> dict[str, float]:
+    return {key: value * TERA for key, value in peaks.items()}
+
+
+_H100_SXM = _tflops(float64=67.0, float32=67.0, tf32=494.5, bfloat16=989.5, float16=989.5, float8=1979.0, int8=1979.0)
+_MI300X = _tflops(float64=163.4, float32=163.4, tf32=653.7, bfloat16=1307.4, float16=1307.4, float8=2614.9, int8=2614.9)
+_A100 = _tflops(float64=19.5, float32=19.5, tf32=156.0, bfloat16=312.0, float16=312.0, int8=624.0)
+_A10 = _tflops(float32=31.2, tf32=62.5, bfloat16=125.0, float16=125.0, int8=250.0)
+
+DEVICES: dict[str, DeviceSpec] = {spec.name: spec for spec in (
+    DeviceSpec("h100-nvl", _tflops(float64=60.0, float32=60.0, tf32=417.5, bfloat16=835.5, float16=835.5, float8=1671.0, int8=1671.0),
+               3.9e12, 94 * 2**30, source="NVIDIA H100 Tensor Core GPU datasheet, H100 NVL column", matches=("H100 NVL",)),
+    DeviceSpec("h100-pcie", _tflops(float64=51.0, float32=51.0, tf32=378.0, bfloat16=756.0, float16=756.0, float8=1513.0, int8=1513.0),
+               2.0e12, 80 * 2**30, source="NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column", matches=("H100 PCIe",)),
+    DeviceSpec("h100-sxm", _H100_SXM, 3.35e12, 80 * 2**30, source="NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column", matches=("H100",)),
+    DeviceSpec("h200", _H100_SXM, 4.8e12, 141 * 10**9, source="NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column", matches=("H200",)),
+    DeviceSpec("gh200", _H100_SXM, 4.0e12, 96 * 2**30, source="NVIDIA GH200 Grace Hopper Superchip datasheet (96 GB HBM3)", matches=("GH200",)),
+    DeviceSpec("b200", _tflops(float64=40.0, float32=80.0, tf32=1100.0, bfloat16=2250.0, float16=2250.0, float8=4500.0, int8=4500.0),
+               8.0e12, 180 * 10**9, source="NVIDIA DGX B200 datasheet, per GPU (the DGX's totals / 8)", matches=("B200",)),
+    DeviceSpec("a100-80gb", _A100, 2.039e12, 80 * 2**30, source="NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column", matches=("A100-SXM4-80GB", "A100 80GB", "A100-PCIE-80GB")),
+    DeviceSpec("a100-40gb", _A100, 1.555e12, 40 * 2**30, source="NVIDIA A100 Tensor Core GPU datasheet, A100 40GB column", matches=("A100",)),
+    DeviceSpec("l40s", _tflops(float32=91.6, tf32=183.0, bfloat16=362.05, float16=362.05, float8=733.0, int8=733.0),
+               864e9, 48 * 2**30, source="NVIDIA L40S datasheet", matches=("L40S",)),
+    DeviceSpec("l4", _tflops(float32=30.3, tf32=60.0, bfloat16=121.0, float16=121.0, float8=242.5, int8=242.5),
+               300e9, 24 * 2**30, source="NVIDIA L4 Tensor Core GPU datasheet", matches=("L4",)),
+    DeviceSpec("a10g", _A10, 600e9, 24 * 2**30, source="NVIDIA A10 datasheet (AWS's A10G is an A10 variant: the A10's figures)", matches=("A10G",)),
+    DeviceSpec("a10", _A10, 600e9, 24 * 2**30, source="NVIDIA A10 Tensor Core GPU datasheet", matches=("A10",)),
+    DeviceSpec("rtx-6000-ada", _tflops(float32=91.1, tf32=182.1, bfloat16=364.2, float16=364.2, float8=728.5, int8=728.5),
+               960e9, 48 * 2**30, source="NVIDIA RTX 6000 Ada Generation datasheet", matches=("RTX 6000 Ada",)),
+    DeviceSpec("a6000", _tflops(float32=38.7, tf32=77.4, bfloat16=154.8, float16=154.8, int8=309.7), 768e9, 48 * 2**30,
+               source="NVIDIA RTX A6000 datasheet", matches=("A6000",)),
+    DeviceSpec("v100", _tflops(float64=7.8, float32=15.7, float16=125.0), 900e9, 32 * 2**30,
+               source="NVIDIA V100 Tensor Core GPU datasheet, V100 SXM2 column", matches=("V100",)),
+    DeviceSpec("mi325x", _MI300X, 6.0e12, 256 * 10**9, source="AMD Instinct MI325X product page (peak matrix performance)", matches=("MI325X",)),
+    DeviceSpec("mi300x", _MI300X, 5.3e12, 192 * 10**9, source="AMD Instinct MI300X product page (peak matrix performance)", matches=("MI300X",)),
+    DeviceSpec("mi300a", _tflops(float64=122.6, float32=122.6, tf32=490.3, bfloat16=980.6, float16=980.6, float8=1961.2, int8=1961.2),
+               5.3e12, 128 * 10**9, source="AMD Instinct MI300A product page (peak matrix performance)", matches=("MI300A",)),
+    DeviceSpec("mi250x", _tflops(float64=95.7, float32=95.7, bfloat16=383.0, float16=383.0, int8=383.0), 3.2768e12, 128 * 10**9,
+               source="AMD Instinct MI250X product page (peak matrix performance)", matches=("MI250X",)),
+)}
+"""Datasheet devices by name (``h100-sxm``, ``a100-80gb``, ...); :func:`device_spec` also takes aliases."""
+
+ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "mi300": "mi300x", "rtx6000ada": "rtx-6000-ada"}
+
+
+def _normalised(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def known_device_names() -> list[str]:
+    return sorted([*DEVICES, *ALIASES])
+
+
+def device_spec(device: Union[str, Path, DeviceSpec, Mapping[str, Any]]) -> DeviceSpec:
+    """A spec from a device name (``"h100"``, ``"a100-40gb"``), a JSON file written by
+    ``jitflops calibrate`` (or by hand), a mapping of its fields, or a spec itself."""
+    if isinstance(device, DeviceSpec):
+        return device
+    if isinstance(device, Mapping):
+        return DeviceSpec.from_mapping(device)
+    text = str(device)
+    if text.endswith(".json") or Path(text).is_file():
+        try:
+            document = json.loads(Path(text).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as error:
+            raise DeviceSpecError(f"cannot read the device spec {text!r}: {error}") from None
+        if not isinstance(document, Mapping):
+            raise DeviceSpecError(f"the device spec {text!r} is not a JSON object")
+        return DeviceSpec.from_mapping(document, text)
+    key = _normalised(text)
+    key = ALIASES.get(key, key)
+    if key in DEVICES:
+        return DEVICES[key]
+    close = difflib.get_close_matches(key, known_device_names(), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise DeviceSpecError(f"unknown device {text!r}{hint} (known: {', '.join(known_device_names())}, or a spec file from 'jitflops calibrate')")
+
+
+def is_device_name(text: str) -> bool:
+    """Whether ``text`` names a device of the table (not a torch device such as ``cuda:0``)."""
+    key = _normalised(text)
+    return ALIASES.get(key, key) in DEVICES
+
+
+def spec_of_gpu(device_name: str) -> Optional[DeviceSpec]:
+    """The table's spec of a GPU named ``device_name`` (``torch.cuda.get_device_name``)."""
+    for spec in sorted(DEVICES.values(), key=lambda spec: -max((len(fragment) for fragment in spec.matches), default=0)):
+        if any(fragment.lower() in device_name.lower() for fragment in spec.matches):
+            return spec
+    return None

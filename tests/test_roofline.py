@@ -1,0 +1,106 @@
+"""The device table, spec files, and the roofline's predicted time: by hand, on meta without memory,
+and in the profile's printout, JSON and command line beside the measured time."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from jitflops import format_model_profile, profile_model
+from jitflops.devices import DEVICES, DeviceSpec, DeviceSpecError, device_spec, spec_of_gpu
+from jitflops.export import profile_to_dict
+from jitflops.examples import all_examples
+from jitflops.roofline import PredictedTimeAnalysis
+
+
+def test_the_table_has_the_issues_devices_each_with_a_source():
+    for name in ("h100-sxm", "h100-pcie", "h200", "b200", "a100-40gb", "a100-80gb", "l4", "l40s", "a10g", "v100", "mi300x"):
+        spec = DEVICES[name]
+        assert spec.source and spec.memory_bandwidth > 0 and spec.peak_flops["float32"] > 0
+    h100 = device_spec("H100")
+    assert h100.name == "h100-sxm" and h100.peak_for(torch.bfloat16) == 989.5e12 and h100.memory_bandwidth == 3.35e12
+    assert h100.peak_for(torch.float32, tf32=True) == 494.5e12 and h100.peak_for(torch.float8_e4m3fn) == 1979e12
+    assert device_spec("v100").peak_for(torch.bfloat16) == 125e12  # no bfloat16 on a V100: its float16 peak
+    assert spec_of_gpu("NVIDIA A100-SXM4-40GB").name == "a100-40gb" and spec_of_gpu("NVIDIA GH200 480GB").name == "gh200"
+    assert spec_of_gpu("NVIDIA L40S").name == "l40s" and spec_of_gpu("NVIDIA A10G").name == "a10g" and spec_of_gpu("GeForce GTX 1080") is None
+
+
+def test_a_spec_file_round_trips(tmp_path):
+    path = tmp_path / "mine.json"
+    spec = DeviceSpec("mine", {"float32": 2e12, "bfloat16": 8e12}, 1e11, compute_efficiency=1.0, memory_efficiency=1.0, launch_s=2e-6, source="by hand")
+    path.write_text(spec.to_json())
+    assert device_spec(str(path)) == spec
+    assert device_spec(json.loads(spec.to_json())) == spec
+
+
+@pytest.mark.parametrize("document, message", [
+    ({"name": "x", "peak_flops": {"float32": 1e12}}, "missing memory_bandwidth"),
+    ({"name": "x", "peak_flops": {"float32": -1e12}, "memory_bandwidth": 1e11}, r"peak_flops\['float32'\] must be a positive FLOP/s"),
+    ({"name": "x", "peak_flops": {"fp32": 1e12}, "memory_bandwidth": 1e11}, "unknown dtype 'fp32'"),
+    ({"name": "x", "peak_flops": {"float32": 1e12}, "memory_bandwidth": 0}, "memory_bandwidth must be a positive"),
+    ({"name": "x", "peak_flops": {"float32": 1e12}, "memory_bandwidth": 1e11, "bandwith": 1}, "unknown keys bandwith"),
+])
+def test_a_bad_spec_says_what_is_wrong(tmp_path, document, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(DeviceSpecError, match=message):
+        device_spec(str(path))
+
+
+def test_an_unknown_device_lists_the_known_names():
+    with pytest.raises(DeviceSpecError, match=r"unknown device 'h10'; did you mean 'h100'\? \(known: a10, .*h100-sxm.*mi300x"):
+        device_spec("h10")
+
+
+def test_a_linear_predicted_by_hand_on_meta_without_memory():
+    """A bf16 Linear(4096, 4096) on 8,192 tokens on an H100 SXM: compute-bound, 2·M·K·N FLOPs at
+    75% of 989.5 TFLOP/s, plus one launch; built and counted on meta, no memory allocated."""
+    model = nn.Linear(4096, 4096, device="meta", dtype=torch.bfloat16)
+    x = torch.zeros(8192, 4096, device="meta", dtype=torch.bfloat16)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as memory:
+        predicted = PredictedTimeAnalysis(model, x, device="h100")
+        total = predicted.total()
+    flops, traffic = 2 * 8192 * 4096 * 4096, 2 * (2 * 8192 * 4096 + 4096 * 4096 + 4096)
+    assert total == pytest.approx(max(flops / (0.75 * 989.5e12), traffic / (0.85 * 3.35e12)) + 5e-6)
+    allocated = sum(event.cpu_memory_usage for event in memory.events() if event.cpu_memory_usage > 0)
+    assert allocated < 2**20  # bytes: the 64 MiB input and 32 MiB weight never exist
+    decode = PredictedTimeAnalysis(model, torch.zeros(1, 4096, device="meta", dtype=torch.bfloat16), device="h100")
+    assert decode.total() == pytest.approx(2 * (2 * 4096 + 4096 * 4096 + 4096) / (0.85 * 3.35e12) + 5e-6)  # one token: memory-bound
+
+
+def test_a_profile_shows_bytes_intensity_and_the_prediction_beside_the_measured_time():
+    model, args, kwargs = all_examples()["transformer"].instantiate("cpu")
+    spec = DeviceSpec("this cpu", {"float32": 1e11}, 2e10, compute_efficiency=1.0, memory_efficiency=1.0, launch_s=1e-6)
+    profile = profile_model(model, args, kwargs, repeats=2, device=spec)
+    summary = profile.summary
+    assert summary.bytes == profile.root.bytes > 0 and summary.intensity == pytest.approx(summary.flops / summary.bytes)
+    expected = PredictedTimeAnalysis(model, args, kwargs, device=spec)
+    assert summary.predicted_s == pytest.approx(expected.total()) and summary.predicted_to_measured == pytest.approx(summary.predicted_s / summary.forward.median)
+    assert profile.root.find("blocks.0.mlp").predicted_s == pytest.approx(expected.total("blocks.0.mlp"))
+    text = format_model_profile(profile)
+    assert re.search(r"^predicted fwd latency on this cpu \(roofline, (compute|memory)-bound\): +[\d.]+ [mu]?s$", text, re.M)
+    assert re.search(r"^predicted / measured fwd latency: +[\d.]+$", text, re.M)
+    document = profile_to_dict(profile)
+    assert document["summary"]["prediction_device"] == "this cpu" and document["summary"]["bytes"] == summary.bytes
+    assert document["modules"][0]["predicted_to_measured"] == pytest.approx(profile.root.predicted_to_measured)
+
+
+def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", "a100", "--format", "json", "--quiet"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)["summary"]
+    assert summary["prediction_device"] == "a100-80gb" and summary["device"] == "meta" and summary["predicted_s"] > 0
+    spec = tmp_path / "cpu.json"
+    calibrated = subprocess.run([sys.executable, "-m", "jitflops", "calibrate", "--output", str(spec)], capture_output=True, text=True, timeout=300)
+    assert calibrated.returncode == 0, calibrated.stderr
+    measured = device_spec(str(spec))
+    assert measured.peak_flops["float32"] > 1e9 and measured.memory_bandwidth > 1e9 and measured.compute_efficiency == 1.0
+    table = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", str(spec)], capture_output=True, text=True, timeout=300)
+    assert re.search(r"^Predicted forward on cpu \(\d+ threads\) \(roofline, (compute|memory)-bound\): ", table.stdout, re.M), table.stdout[-500:]
