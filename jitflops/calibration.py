@@ -1,7 +1,7 @@
 """Calibration: what the machine this runs on achieves, as a device spec for the roofline.
 
-``calibrate()`` measures, on the CPU or a GPU, the best FLOP/s of square matmuls per dtype, the
-bandwidth of a large copy (read plus write), and the time of one tiny op (a kernel's launch, or an
+``calibrate()`` measures, on the CPU or a GPU, the median FLOP/s of square matmuls per dtype on
+weights that come from memory, the bandwidth of a large copy (read plus write), and the time of one tiny op (a kernel's launch, or an
 eager op's dispatch on the CPU). Its spec's efficiencies are 1: its peaks are what ran. ``jitflops
 calibrate --output spec.json`` saves it; ``--device spec.json`` predicts with it.
 """
@@ -25,19 +25,21 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def matmul_flops(device: torch.device, dtype: torch.dtype, size: int, repeats: int = 5) -> float:
-    """The best FLOP/s of ``repeats`` square ``size`` matmuls in ``dtype`` on ``device``."""
+def matmul_flops(device: torch.device, dtype: torch.dtype, size: int, operands: int = 8) -> float:
+    """The median FLOP/s of square ``size`` matmuls in ``dtype`` on ``device``, each with another
+    of ``operands`` right-hand matrices, twice round: a model's weights come from memory, not from
+    a cache the previous call warmed (the best of a warm repeat overstates what a layer reaches)."""
     a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
+    weights = [torch.randn(size, size, device=device).to(dtype) for _ in range(operands)]
+    torch.mm(a, weights[0])
+    samples = []
+    for b in weights * 2:
         _synchronize(device)
         start = time.perf_counter()
         torch.mm(a, b)
         _synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+        samples.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(samples)
 
 
 def launch_seconds(device: torch.device, repeats: int = 2000) -> float:

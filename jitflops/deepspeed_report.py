@@ -217,6 +217,9 @@ def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int
             items.append(f"{100 * mfu:.2f}% MFU")
         if node.comm_bytes:
             items.append(f"{deepspeed_bytes(node.comm_bytes)} comm")
+        if node.predicted_s is not None:  # the roofline's, on the profile's prediction device
+            measured = f" = {node.predicted_to_measured:.2f} x measured" if node.predicted_to_measured is not None else ""
+            items.append(f"{deepspeed_seconds(node.predicted_s)} predicted{measured}, {node.intensity or 0:.3g} flops/byte")
         if node.extra_repr:
             items.append(node.extra_repr)
         return ", ".join(items)

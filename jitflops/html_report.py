@@ -7,9 +7,10 @@
   metric, are hatched grey;
 * a details panel: the module's parameters, MACs, FLOPs, activations, latency, FLOP/s, MFU and its
   top ops;
-* a roofline: each timed module by arithmetic intensity (FLOPs per byte of the parameters and
-  activations it touches) against achieved FLOP/s, under the roofs of the peak FLOP/s and the
-  memory bandwidth.
+* a roofline: each timed module by arithmetic intensity (FLOPs per byte its ops read and write:
+  :class:`~jitflops.ByteCountAnalysis`) against achieved FLOP/s, under the roofs of the peak FLOP/s
+  and the memory bandwidth; the details panel shows the module's bytes, intensity, and where the
+  profile predicted it, its predicted time beside the measured one.
 
 The page carries the profile's JSON document (:func:`jitflops.export.profile_to_dict`) and draws it
 with a small script. Importing this module gives profiles and analyses a ``_repr_html_`` (the
@@ -39,6 +40,7 @@ METRICS = {
     "flops_per_second": "FLOP/s",
     "mfu": "MFU",
     "comm_bytes": "communication (bytes)",
+    "bytes": "bytes read and written",
 }
 
 _STYLE = """
@@ -69,7 +71,7 @@ _SCRIPT = r"""
   mods.forEach(m => { byName[m.name] = m; m.children = []; });
   mods.forEach(m => { if (m.name !== "") { const parent = m.name.includes(".") ? m.name.slice(0, m.name.lastIndexOf(".")) : ""; (byName[parent] || byName[""]).children.push(m); } });
   const labels = data.metrics;
-  const units = {flops: "", macs: "", params: "", latency: "s", activations: "", flops_per_second: "FLOP/s", mfu: "", comm_bytes: "B"};
+  const units = {flops: "", macs: "", params: "", latency: "s", activations: "", flops_per_second: "FLOP/s", mfu: "", comm_bytes: "B", bytes: "B"};
   function value(m, metric){
     if (metric === "latency") return m.latency ? m.latency.median_s : null;
     if (metric === "mfu") return m.mfu;
@@ -166,7 +168,9 @@ _SCRIPT = r"""
   }
   function details(){
     const m = selected, rows = [["module", m.name || "(model)"], ["type", m.type], ["called", m.called ? "yes" : "no"]];
-    ["params", "macs", "flops", "activations", "comm_bytes"].forEach(k => rows.push([labels[k], m[k].toLocaleString("en")]));
+    ["params", "macs", "flops", "activations", "bytes", "comm_bytes"].forEach(k => rows.push([labels[k], m[k].toLocaleString("en")]));
+    if (m.intensity) rows.push(["arithmetic intensity", m.intensity.toFixed(2) + " FLOP/byte"]);
+    if (m.predicted_s != null) rows.push(["predicted (roofline)", fmt(m.predicted_s, "latency") + (m.predicted_to_measured ? ", " + m.predicted_to_measured.toFixed(2) + " x measured" : "")]);
     ["latency", "flops_per_second", "mfu"].forEach(k => rows.push([labels[k], fmt(value(m, k), k)]));
     const ops = Object.entries(m.macs_by_op).concat(Object.entries(m.elementwise_flops_by_op)).sort((a, b) => b[1] - a[1]).slice(0, 5);
     let text = "<b>" + (m.name || "model") + "</b><table>" + rows.map(r => "<tr><td>" + r[0] + '</td><td class="v">' + String(r[1]).replace(/</g, "&lt;") + "</td></tr>").join("") + "</table>";
@@ -185,7 +189,7 @@ _SCRIPT = r"""
     const y0 = Math.log10(Math.min(...ys)) - 0.5, y1 = Math.log10(Math.max(...ys)) + 0.3;
     const X = v => pad + (Math.log10(v) - x0) / (x1 - x0) * (w - 2 * pad), Y = v => h - pad - (Math.log10(v) - y0) / (y1 - y0) * (h - 2 * pad);
     let s = '<line x1="' + pad + '" y1="' + (h - pad) + '" x2="' + (w - pad) + '" y2="' + (h - pad) + '" stroke="#333"/><line x1="' + pad + '" y1="' + pad + '" x2="' + pad + '" y2="' + (h - pad) + '" stroke="#333"/>';
-    s += '<text x="' + (w / 2) + '" y="' + (h - 16) + '" text-anchor="middle">arithmetic intensity (FLOPs per byte of parameters and activations, log)</text>';
+    s += '<text x="' + (w / 2) + '" y="' + (h - 16) + '" text-anchor="middle">arithmetic intensity (FLOPs per byte its ops read and write, log)</text>';
     s += '<text x="14" y="' + (h / 2) + '" transform="rotate(-90 14 ' + (h / 2) + ')" text-anchor="middle">achieved FLOP/s (log)</text>';
     const ridge = peak / bandwidth, left = Math.pow(10, x0), right = Math.pow(10, x1);
     s += '<polyline class="roof" fill="none" stroke="#c01c28" stroke-width="2" points="' + X(left) + "," + Y(Math.max(bandwidth * left, Math.pow(10, y0))) + " " + X(ridge) + "," + Y(peak) + " " + X(right) + "," + Y(peak) + '"/>';
@@ -211,9 +215,6 @@ _SCRIPT = r"""
 
 def _page_data(profile: ModelProfile, root_id: str, memory_bandwidth: Optional[float]) -> dict[str, Any]:
     document = profile_to_dict(profile)
-    element_bytes = profile.summary.element_bytes
-    for module in document["modules"]:
-        module["bytes"] = (module["params"] + module["activations"]) * element_bytes
     timed = profile.summary.forward is not None
     return {
         "id": root_id,

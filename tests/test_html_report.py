@@ -115,6 +115,8 @@ def test_the_roofline_plots_timed_modules_under_the_roofs(page, profile):
     assert len(points) == len(timed) and page.find_elements(By.CSS_SELECTOR, ".roofline polyline.roof")
     assert "peak 2.00 TFLOP/s" in page.find_element(By.CSS_SELECTOR, ".roof-note").text
     assert {p.get_attribute("class").split()[1] for p in points} <= {"memory-bound", "compute-bound"}
+    assert all(node.bytes > 0 for node in timed)  # placed by the bytes their ops move (ByteCountAnalysis)
+    assert "arithmetic intensity (FLOPs per byte its ops read and write, log)" in page.find_element(By.CSS_SELECTOR, ".roofline").get_attribute("innerHTML")
 
 
 def _png_is_not_blank(png: bytes) -> bool:

@@ -86,6 +86,8 @@ def test_a_profile_shows_bytes_intensity_and_the_prediction_beside_the_measured_
     text = format_model_profile(profile)
     assert re.search(r"^predicted fwd latency on this cpu \(roofline, (compute|memory)-bound\): +[\d.]+ [mu]?s$", text, re.M)
     assert re.search(r"^predicted / measured fwd latency: +[\d.]+$", text, re.M)
+    mlp = profile.root.find("blocks.0.mlp")  # each module of the detailed tree: predicted beside measured
+    assert re.search(rf"\(mlp\): Sequential\(\n +.* predicted = {mlp.predicted_to_measured:.2f} x measured, {mlp.intensity:.3g} flops/byte$", text, re.M)
     document = profile_to_dict(profile)
     assert document["summary"]["prediction_device"] == "this cpu" and document["summary"]["bytes"] == summary.bytes
     assert document["modules"][0]["predicted_to_measured"] == pytest.approx(profile.root.predicted_to_measured)
@@ -104,3 +106,30 @@ def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
     assert measured.peak_flops["float32"] > 1e9 and measured.memory_bandwidth > 1e9 and measured.compute_efficiency == 1.0
     table = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", str(spec)], capture_output=True, text=True, timeout=300)
     assert re.search(r"^Predicted forward on cpu \(\d+ threads\) \(roofline, (compute|memory)-bound\): ", table.stdout, re.M), table.stdout[-500:]
+
+
+def test_the_gpu_check_runs_its_flow_on_a_cpu(tmp_path):
+    """``tools/gpu_check.py`` is for a GPU machine; its flow (calibrate, profile with predictions on
+    the calibrated spec, one JSON) runs here on the CPU, and without CUDA it refuses plainly."""
+    output = tmp_path / "check.json"
+    run = subprocess.run([sys.executable, "tools/gpu_check.py", "--device", "cpu", "--models", "transformer", "--dtypes", "float32",
+                          "--no-tests", "--repeats", "2", "--output", str(output)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    document = json.loads(output.read_text())
+    row = document["models"][0]
+    assert row["model"] == "transformer" and row["measured_s"] > 0 and row["specs"]["calibrated"]["predicted_s"] > 0
+    assert row["specs"]["calibrated"]["modules"] and document["calibrated"]["compute_efficiency"] == 1.0
+    if not torch.cuda.is_available():
+        refused = subprocess.run([sys.executable, "tools/gpu_check.py"], capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2 and "no CUDA device here" in refused.stderr
+
+
+def test_a_training_steps_backward_is_predicted_per_phase():
+    """Under the dispatch backend with the backward, the prediction splits as the counts do: a
+    Linear's backward (its input and weight gradients, two products of the forward's size) is
+    predicted at about twice its forward on a compute-bound device spec."""
+    spec = DeviceSpec("slow compute", {"float32": 1e9}, 1e15, compute_efficiency=1.0, memory_efficiency=1.0, launch_s=0.0)
+    model, x = nn.Linear(256, 256), torch.randn(64, 256, requires_grad=True)
+    predicted = PredictedTimeAnalysis(model, x, device=spec, backend="dispatch", backward=True).by_phase()
+    forward = 2 * 64 * 256 * 256 / 1e9
+    assert predicted["forward"] == pytest.approx(forward, rel=1e-3) and predicted["backward"] == pytest.approx(2 * forward, rel=1e-2)

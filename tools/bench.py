@@ -20,10 +20,13 @@ Peak memory (RSS) of the counting tools is measured in a fresh subprocess per mo
 the scale checks: a Llama-shaped model with 1.2B real bf16 parameters at 4096 tokens (time, extra
 peak RSS over the loaded model), the 70B Llama configuration on the meta device (time, peak RSS),
 the growth of the analysis time when the layer count doubles, and the timing overhead of the
-profile's timed pass on BERT-base. Prints one table and writes the same figures as JSON.
+profile's timed pass on BERT-base. Then the bytes: what counting them adds to a count (the bytes
+from the count's own recording), and the roofline's error on this CPU, calibrated here, against the
+timed pass (``tools/roofline_accuracy.py``). Prints one table and writes the same figures as JSON.
 
     python tools/bench.py                   # everything (a few minutes on 2 cores)
     python tools/bench.py --models bert-base resnet-50 --repeats 3 --json /tmp/bench.json
+    python tools/bench.py --only bytes      # one section: bytes or roofline
 """
 
 from __future__ import annotations
@@ -318,16 +321,62 @@ def sharded_profiling_cost(steps: int = 101, alternations: int = 3) -> dict[str,
             "profiled_s": profiled, "plain_s": plain, "run_cost": profiled / plain - 1, "run_cost_in_steps": (profiled - plain) / step}
 
 
+def byte_count_cost(models: list[str], repeats: int) -> dict[str, dict[str, float]]:
+    """Per model, the median time of a fresh default count and of its bytes from the same
+    recording (what every profile now adds), and their ratio."""
+    from jitflops import ByteCountAnalysis
+
+    costs = {}
+    for name in models:
+        model, args, kwargs = ZOO[name].instantiate(device_for(name))
+        counts, extra = [], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            flops = FlopCountAnalysis(model, args, kwargs)
+            flops.total()
+            middle = time.perf_counter()
+            flops.of_same_recording(ByteCountAnalysis).total()
+            counts.append(middle - start)
+            extra.append(time.perf_counter() - middle)
+        costs[name] = {"count_s": statistics.median(counts), "bytes_s": statistics.median(extra)}
+        costs[name]["added"] = costs[name]["bytes_s"] / costs[name]["count_s"]
+    return costs
+
+
+def print_byte_count_cost(costs: dict[str, dict[str, float]]) -> None:
+    rows = [[name, f"{c['count_s'] * 1e3:.1f}", f"{c['bytes_s'] * 1e3:.1f}", f"+{100 * c['added']:.1f}%"] for name, c in costs.items()]
+    print(pipe_table(rows, ["model", "count ms", "bytes ms (same recording)", "added"]))
+
+
+def roofline_error(repeats: int) -> dict[str, Any]:
+    sys.path.insert(0, str(REPO / "tools"))
+    import roofline_accuracy
+    from jitflops.calibration import calibrate
+
+    spec = calibrate("cpu")
+    rows = [roofline_accuracy.accuracy(name, spec, repeats) for name in roofline_accuracy.MODELS]
+    print(roofline_accuracy.table(rows, spec))
+    return {"device": json.loads(spec.to_json()), "models": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", default=DEFAULT_MODELS, choices=sorted(ZOO))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-memory", action="store_true", help="skip the per-tool peak RSS subprocesses")
     parser.add_argument("--json", default=str(REPO / "tools" / "bench_results.json"))
+    parser.add_argument("--only", choices=("bytes", "roofline"), help="run one section alone, printed (the JSON is not written)")
     options = parser.parse_args()
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    bytes_models = [name for name in options.models if name in ("bert-base", "gpt2", "resnet-50", "mobilenet-v2", "llama-gqa", "vit-b16", "t5-small")]
+    if options.only == "bytes":
+        print_byte_count_cost(byte_count_cost(bytes_models, options.repeats))
+        return
+    if options.only == "roofline":
+        roofline_error(options.repeats)
+        return
 
     results = []
     for name in options.models:
@@ -341,6 +390,7 @@ def main() -> None:
     growth = scaling(options.repeats)
     overhead = timing_overhead(max(options.repeats, 20))
     sharded = sharded_profiling_cost()
+    bytes_cost = byte_count_cost(bytes_models, options.repeats)
 
     table = []
     for row in results:
@@ -371,9 +421,13 @@ def main() -> None:
     print(f"FlopsProfiler on one step of {sharded['steps']} (FSDP2 x TP Llama, 4 gloo processes): the profiled step costs "
           f"{sharded['cost_in_steps']:.1f} plain steps more, {100 * sharded['cost']:.1f}% of the schedule (under 5% from {sharded['steps_for_5_percent']:.0f} steps); "
           f"whole runs: {sharded['profiled_s']:.2f} s against {sharded['plain_s']:.2f} s without ({100 * sharded['run_cost']:.1f}%)")
+    print()
+    print_byte_count_cost(bytes_cost)
+    print()
+    roofline = roofline_error(options.repeats)
     document = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": options.repeats,
                 "models": results, "llama_1b_bf16": real_1b, "llama_70b_meta": big, "layer_scaling": growth, "timed_pass_overhead": overhead,
-                "sharded_profiling_cost": sharded}
+                "sharded_profiling_cost": sharded, "byte_count_cost": bytes_cost, "roofline_error": roofline}
     Path(options.json).write_text(json.dumps(document, indent=2))
     print(f"\nwritten: {options.json}", file=sys.stderr)
 

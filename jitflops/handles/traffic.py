@@ -32,13 +32,10 @@ import torch
 
 from ..records import OpRecord, TensorMeta
 from .registry import FormulaTable, Handle, ShapeFormula
+from .zero_cost import aten_kinds
 
 
-def _aten(names: str) -> frozenset[str]:
-    return frozenset(f"aten::{name}" for name in names.split())
-
-
-METADATA_OPS: frozenset[str] = _aten(
+METADATA_OPS: frozenset[str] = aten_kinds(
     # scalars and sizes
     "Int Float Bool ScalarImplicit size numel dim item _local_scalar_dense sym_size sym_numel sym_stride is_same_size "
     "_has_compatible_shallow_copy_type "
@@ -54,7 +51,7 @@ METADATA_OPS: frozenset[str] = _aten(
 )
 """Ops that move no data: sizes, views and allocations."""
 
-FIRST_OUTPUT_ONLY: frozenset[str] = _aten(
+FIRST_OUTPUT_ONLY: frozenset[str] = aten_kinds(
     "native_layer_norm native_batch_norm _native_batch_norm_legit _native_batch_norm_legit_no_training "
     "_native_batch_norm_legit_functional native_group_norm _fused_rms_norm cudnn_batch_norm miopen_batch_norm "
     "_scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu _scaled_dot_product_efficient_attention "

@@ -10,11 +10,12 @@ bookkeeping (constants, list and tuple construction) is skipped by the engine wi
 from __future__ import annotations
 
 
-def _aten(names: str) -> frozenset[str]:
+def aten_kinds(names: str) -> frozenset[str]:
+    """``"view cat"`` -> ``{"aten::view", "aten::cat"}``."""
     return frozenset(f"aten::{name}" for name in names.split())
 
 
-ZERO_COST_OPS: frozenset[str] = _aten(
+ZERO_COST_OPS: frozenset[str] = aten_kinds(
     # scalars and sizes
     "Int Float Bool ScalarImplicit size numel dim item _local_scalar_dense "
     # views and shape changes
