@@ -329,6 +329,9 @@ def run(args: argparse.Namespace) -> str:
         raise UsageError("--trace needs --profile (it records the timed pass)")
     timed = args.profile or args.ops
     if args.device == "meta" and (timed or args.backward or args.backend == "dispatch"):
+        if prediction is not None and args.predict is None:
+            raise UsageError(f"--device {prediction.name} predicts without running the model (it is counted on meta): to time it here too, "
+                             f"use --device cpu or cuda with --predict {prediction.name}")
         raise UsageError("the meta device has no data: --profile, --ops, --backward and --backend dispatch need cpu or cuda")
     try:
         device = torch.device(args.device)

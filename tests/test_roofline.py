@@ -99,6 +99,8 @@ def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)["summary"]
     assert summary["prediction_device"] == "a100-80gb" and summary["device"] == "meta" and summary["predicted_s"] > 0
+    timed = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", "h100", "--profile"], capture_output=True, text=True, timeout=300)
+    assert timed.returncode == 2 and "use --device cpu or cuda with --predict h100-sxm" in timed.stderr
     spec = tmp_path / "cpu.json"
     calibrated = subprocess.run([sys.executable, "-m", "jitflops", "calibrate", "--output", str(spec)], capture_output=True, text=True, timeout=300)
     assert calibrated.returncode == 0, calibrated.stderr
