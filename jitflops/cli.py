@@ -261,7 +261,9 @@ def render(args: argparse.Namespace, profile: ModelProfile) -> str:
     note = f"\n\n{profile.timing_note()}" if latency is not None and profile.timing_note() else ""
     if args.format == "tree":
         return flop_count_str(flops, activations, latency=latency, show_shapes=args.shapes) + f"\n\nCounting convention: {flops.convention()}" + note
-    return flop_count_table(flops, max_depth=args.depth if args.depth is not None else 3, activations=activations, latency=latency, module_order="execution", show_shapes=args.shapes) + note
+    traffic = profile.summary.prediction_device is not None  # a prediction: each module's bytes and intensity beside
+    return flop_count_table(flops, max_depth=args.depth if args.depth is not None else 3, activations=activations, latency=latency, module_order="execution",
+                            show_shapes=args.shapes, traffic=traffic) + note
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -369,7 +371,7 @@ def run(args: argparse.Namespace) -> str:
     report = render(args, profile)
     summary = profile.summary
     if prediction is not None and args.format in ("table", "tree") and not args.profile:  # the DeepSpeed printout and the JSON say it themselves
-        report += (f"\n\nPredicted forward on {prediction.name} (roofline, {summary.bound}-bound): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
+        report += (f"\n\nPredicted forward on {prediction.name} (roofline, {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
                    f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte")
     if named and args.format in ("table", "tree") and not (args.profile and args.format == "table"):  # the DeepSpeed printout and the JSON say it themselves
         report = f"Model: {profile.summary.model_class}, built from {args.factory}\n\n{report}"

@@ -114,14 +114,21 @@ class ProfileSummary:
         return self.flops / self.bytes if self.bytes else None
 
     @property
-    def bound(self) -> Optional[str]:
-        """``"compute"`` or ``"memory"``: the forward's intensity against the prediction device's ridge point."""
+    def ridge(self) -> Optional[float]:
+        """The prediction device's ridge point for the model's dtype: the intensity (FLOPs per byte)
+        above which an op is compute-bound (efficiency x peak / efficiency x bandwidth)."""
         spec = self.prediction_device
-        if spec is None or self.intensity is None:
+        if spec is None:
             return None
         dtype = {8: torch.float64, 2: torch.bfloat16, 1: torch.int8}.get(self.element_bytes, torch.float32)
-        ridge = spec.compute_efficiency * spec.peak_for(dtype) / (spec.memory_efficiency * spec.memory_bandwidth)
-        return "compute" if self.intensity >= ridge else "memory"
+        return spec.compute_efficiency * spec.peak_for(dtype) / (spec.memory_efficiency * spec.memory_bandwidth)
+
+    @property
+    def bound(self) -> Optional[str]:
+        """``"compute"`` or ``"memory"``: the forward's intensity against the prediction device's :attr:`ridge`."""
+        if self.ridge is None or self.intensity is None:
+            return None
+        return "compute" if self.intensity >= self.ridge else "memory"
 
     @property
     def predicted_to_measured(self) -> Optional[float]:

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional
 from torch import nn
 
 from .activation_count import ActivationCountAnalysis
+from .byte_count import ByteCountAnalysis
 from .flop_count import FlopCountAnalysis
 from .formatting import format_quantity, format_seconds, format_size
 from .parameter_count import parameter_count
@@ -80,6 +81,7 @@ def _indicate_uncalled_modules(
 
 
 MASKED_COLUMN = "#flops (masks followed)"
+BYTES_COLUMN, INTENSITY_COLUMN = "#bytes", "#FLOP/byte"
 
 
 def _analysis_columns(flops: FlopCountAnalysis, activations: Optional[ActivationCountAnalysis], flops_name: str, acts_name: str) -> dict[str, dict[str, int]]:
@@ -253,6 +255,7 @@ def flop_count_table(
     module_order: str = "fvcore",
     show_shapes: bool = False,
     masked_attention: bool = False,
+    traffic: bool = False,
 ) -> str:
     """Parameters and flops (and activations) per module, as a table down to ``max_depth``.
 
@@ -263,7 +266,9 @@ def flop_count_table(
     ``"execution"`` lists siblings in the order the forward ran them (modules that ran no op last).
     ``show_shapes`` adds each module's output shapes (JIT backend), as torchinfo does.
     ``masked_attention`` adds the mask-aware count beside (``#flops (masks followed)``: attention
-    counted by the (query, key) pairs its masks keep, from the same recording).
+    counted by the (query, key) pairs its masks keep, from the same recording). ``traffic`` adds the
+    bytes each module's ops read and write (:class:`~jitflops.ByteCountAnalysis`, same recording)
+    and their arithmetic intensity (FLOPs, 2 x #flops, per byte).
     """
     params_column = "#parameters" + (" or shape" if show_param_shapes else "")
     model = flops._model
@@ -271,6 +276,8 @@ def flop_count_table(
     columns.update(_analysis_columns(flops, activations, "#flops", "#activations"))
     if masked_attention:
         columns[MASKED_COLUMN] = dict(flops.masked_attention().by_module(emit_warnings=False))
+    if traffic:
+        columns[BYTES_COLUMN] = dict(flops.of_same_recording(ByteCountAnalysis).by_module(emit_warnings=False))
     stats = _remove_zero_statistics(_group_by_module(columns), require_trivial_children=True)
     printed = _pretty_statistics(stats)
     printed = _indicate_uncalled_modules(printed, "#flops", flops.uncalled_modules(emit_warnings=False) & printed.keys(), "")
@@ -285,6 +292,11 @@ def flop_count_table(
     modules = {name: row for name, row in printed.items() if name not in parameter_shapes}
     shape_columns = _add_output_shapes(modules, flops) if show_shapes else []
     latency_columns = _add_latency(modules, columns["#flops"], latency)
+    if traffic:
+        for name, row in modules.items():
+            moved = columns[BYTES_COLUMN].get(name, 0)
+            row[INTENSITY_COLUMN] = f"{2 * columns['#flops'].get(name, 0) / moved:.3g}" if moved else ""
+        latency_columns.append(INTENSITY_COLUMN)
     if module_order == "execution":
         printed = _in_execution_order(printed, flops)
     elif module_order != "fvcore":

@@ -214,3 +214,16 @@ def test_every_op_has_a_byte_count_held_against_its_tensors(info):
             assert whole <= sum(tensors[op] for op in tensors.keys() - ours.keys()), (dict(ours), dict(tensors))
     finally:
         logging.disable(logging.NOTSET)
+
+
+def test_the_module_table_shows_bytes_and_intensity():
+    """``flop_count_table(flops, traffic=True)``: each module's bytes (its ops' traffic, from the
+    count's recording) and FLOPs per byte (2 x #flops / #bytes)."""
+    from jitflops import FlopCountAnalysis, flop_count_table
+
+    linear, x = nn.Linear(64, 32, bias=False), torch.randn(8, 64)
+    table = flop_count_table(FlopCountAnalysis(linear, x), traffic=True).splitlines()
+    moved = _size(8, 64) + _size(32, 64) + _size(8, 32)
+    assert [cell.strip() for cell in table[0].split("|")][3:6] == ["#flops", "#bytes", "#FLOP/byte"]
+    row = [cell.strip() for cell in table[2].split("|")]
+    assert row[1] == "model" and row[4] == f"{moved / 1e3:g}K" and row[5] == f"{2 * 8 * 64 * 32 / moved:.3g}"

@@ -84,7 +84,7 @@ def test_a_profile_shows_bytes_intensity_and_the_prediction_beside_the_measured_
     assert summary.predicted_s == pytest.approx(expected.total()) and summary.predicted_to_measured == pytest.approx(summary.predicted_s / summary.forward.median)
     assert profile.root.find("blocks.0.mlp").predicted_s == pytest.approx(expected.total("blocks.0.mlp"))
     text = format_model_profile(profile)
-    assert re.search(r"^predicted fwd latency on this cpu \(roofline, (compute|memory)-bound\): +[\d.]+ [mu]?s$", text, re.M)
+    assert re.search(r"^predicted fwd latency on this cpu \(roofline, (compute|memory)-bound; ridge 5 flops/byte\): +[\d.]+ [mu]?s$", text, re.M)
     assert re.search(r"^predicted / measured fwd latency: +[\d.]+$", text, re.M)
     mlp = profile.root.find("blocks.0.mlp")  # each module of the detailed tree: predicted beside measured
     assert re.search(rf"\(mlp\): Sequential\(\n +.* predicted = {mlp.predicted_to_measured:.2f} x measured, {mlp.intensity:.3g} flops/byte$", text, re.M)
@@ -107,7 +107,8 @@ def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
     measured = device_spec(str(spec))
     assert measured.peak_flops["float32"] > 1e9 and measured.memory_bandwidth > 1e9 and measured.compute_efficiency == 1.0
     table = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", str(spec)], capture_output=True, text=True, timeout=300)
-    assert re.search(r"^Predicted forward on cpu \(\d+ threads\) \(roofline, (compute|memory)-bound\): ", table.stdout, re.M), table.stdout[-500:]
+    assert re.search(r"^Predicted forward on cpu \(\d+ threads\) \(roofline, (compute|memory)-bound; ridge [\d.]+ flops/byte\): ", table.stdout, re.M), table.stdout[-500:]
+    assert re.search(r"^\| module +\| #parameters or shape +\| #flops +\| #activations +\| #bytes +\| #FLOP/byte +\|$", table.stdout, re.M)
 
 
 def test_the_gpu_check_runs_its_flow_on_a_cpu(tmp_path):
