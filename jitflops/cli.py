@@ -235,11 +235,12 @@ def _ops_text(profile: ModelProfile, sort: str, top: Optional[int]) -> str:
     rows = sorted(profile.op_rows, key=OP_SORT_KEYS[sort])[:top]
     table = [
         [str(r.index), r.module or "(root)", r.op, str([list(s) if isinstance(s, (list, tuple)) else s for s in r.input_shapes if s != []])[:60],
-         format_quantity(r.macs) if r.macs is not None else "", format_quantity(r.flops) if r.flops is not None else "", format_seconds(r.time_s), format_quantity(r.memory_before, "B"),
+         format_quantity(r.macs) if r.macs is not None else "", format_quantity(r.flops) if r.flops is not None else "",
+         format_quantity(r.bytes, "B") if r.bytes is not None else "", f"{r.intensity:.3g}" if r.intensity is not None else "", format_seconds(r.time_s), format_quantity(r.memory_before, "B"),
          format_quantity(r.memory_after, "B"), format_quantity(r.memory_delta, "B")]
         for r in rows
     ]
-    headers = ["#", "module", "op", "input shapes", "MACs", "FLOPs", "time", "mem before", "mem after", "mem delta"]
+    headers = ["#", "module", "op", "input shapes", "MACs", "FLOPs", "bytes", "FLOP/byte", "time", "mem before", "mem after", "mem delta"]
     return pipe_table(table, headers) + f"\n\n{profile.convention}."
 
 

@@ -155,7 +155,7 @@ def profile_to_json(profile: ModelProfile) -> str:
     return json.dumps(profile_to_dict(profile), indent=2)
 
 
-OP_COLUMNS = ("index", "module", "op", "input_shapes", "macs", "flops", "elementwise_flops", "time_s", "memory_before", "memory_after", "memory_delta")
+OP_COLUMNS = ("index", "module", "op", "input_shapes", "macs", "flops", "elementwise_flops", "bytes", "intensity", "time_s", "memory_before", "memory_after", "memory_delta")
 
 
 def ops_to_csv(rows: tuple[OpRow, ...] | list[OpRow]) -> str:

@@ -51,10 +51,17 @@ class OpRow:
     memory_before: int
     memory_after: int
     elementwise_flops: float = 0
+    bytes: Optional[float] = None
+    """Bytes the op reads and writes (:class:`~jitflops.ByteCountAnalysis`; None: not matched)."""
 
     @property
     def flops(self) -> Optional[float]:
         return None if self.macs is None else 2 * self.macs + self.elementwise_flops
+
+    @property
+    def intensity(self) -> Optional[float]:
+        """FLOPs per byte read or written (None: no bytes, or no count)."""
+        return self.flops / self.bytes if self.flops is not None and self.bytes else None
 
     @property
     def memory_delta(self) -> int:
@@ -69,6 +76,8 @@ class OpRow:
             "macs": self.macs,
             "flops": self.flops,
             "elementwise_flops": self.elementwise_flops,
+            "bytes": self.bytes,
+            "intensity": self.intensity,
             "time_s": self.time_s,
             "memory_before": self.memory_before,
             "memory_after": self.memory_after,
@@ -118,9 +127,10 @@ def _family(kind: str, handle: Optional[Handle], formulas: Mapping[str, ShapeFor
     return formula.compute if formula is not None else kind
 
 
-def _match_counts(rows: list[tuple[str, list[str]]], op_counts: tuple[OpCount, ...]) -> list[tuple[Optional[float], float]]:
+def _match_counts(rows: list[tuple[str, list[str]]], op_counts: tuple[OpCount, ...], by_handle: bool = True) -> list[tuple[Optional[float], float]]:
     """For each row, the count of the next unmatched counted op of the same family in that module,
-    as (MACs, elementwise flops).
+    as (MACs, elementwise flops). ``by_handle=False`` tells a counted op's family by its kind alone
+    (the handles of other statistics, bytes, are not the FLOP formulas that name families).
 
     A row is a module and the names of a top-level op and of the ops it ran, outermost first: the
     op itself matches when it was counted as such (the JIT's ``aten::linear``), otherwise the ops it
@@ -132,7 +142,7 @@ def _match_counts(rows: list[tuple[str, list[str]]], op_counts: tuple[OpCount, .
     for count in op_counts:
         if count.phase == FORWARD:
             split = (0.0, count.count) if count.kind in elementwise else (count.count, 0.0)
-            pending[(count.module, _family(count.kind, count.handle, formulas))].append(split)
+            pending[(count.module, _family(count.kind, count.handle if by_handle else None, formulas))].append(split)
     matched: list[tuple[Optional[float], float]] = []
     for module, (op, *inner_ops) in rows:
         queue = pending.get((module, _family(op, None, formulas)))
@@ -174,10 +184,14 @@ def _profiled_pass(model: nn.Module, call: ModelCall, activities: list[ProfilerA
     return ops, memory_events, start_memory
 
 
-def op_table(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], op_counts: tuple[OpCount, ...], warm_up: int = 1, repeats: int = 1) -> list[OpRow]:
+def op_table(
+    model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], op_counts: tuple[OpCount, ...], warm_up: int = 1, repeats: int = 1,
+    byte_counts: tuple[OpCount, ...] = (),
+) -> list[OpRow]:
     """One row per top-level op of the forward: ``warm_up`` untimed forwards, then ``repeats``
     forwards under ``torch.profiler``; each op's time is its median over those, its shapes and
-    memory are the last pass's."""
+    memory are the last pass's; ``byte_counts`` (a :class:`~jitflops.ByteCountAnalysis`'s op
+    counts) give each its bytes, matched as the FLOP counts are."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     device = model_device(model, call)
@@ -197,10 +211,13 @@ def op_table(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str], 
     times = [statistics.median(seconds(run[i][0]) for run in same_ops) for i in range(len(ops))]
     moments = [time for time, _ in memory_events]
     running = list(itertools.accumulate((delta for _, delta in memory_events), initial=start_memory))
-    counts = _match_counts([(module, [event.name, *_descendant_names(event)]) for event, module in ops], op_counts)
+    names_of_rows = [(module, [event.name, *_descendant_names(event)]) for event, module in ops]
+    counts = _match_counts(names_of_rows, op_counts)
+    # the bytes' matches split as MACs and elementwise flops are: an op's bytes are their sum
+    traffic = [None if first is None and not second else (first or 0) + second for first, second in _match_counts(names_of_rows, byte_counts, by_handle=False)]
     rows = []
-    for index, ((event, module), (macs, elementwise_flops), time_s) in enumerate(zip(ops, counts, times)):
+    for index, ((event, module), (macs, elementwise_flops), moved, time_s) in enumerate(zip(ops, counts, traffic, times)):
         before = running[bisect.bisect_left(moments, event.time_range.start)]
         after = running[bisect.bisect_right(moments, event.time_range.end)]
-        rows.append(OpRow(index, module, event.name, tuple(event.input_shapes), macs, time_s, before, after, elementwise_flops))
+        rows.append(OpRow(index, module, event.name, tuple(event.input_shapes), macs, time_s, before, after, elementwise_flops, moved))
     return rows

@@ -22,6 +22,7 @@ from .model_profile import ModelProfile, ProfileSummary, profile_convention
 from .op_table import op_table
 from .peak_flops import model_peak_flops
 from .records import BACKWARD, RECOMPUTE
+from .byte_count import ByteCountAnalysis
 from .roofline import DeviceLike, PredictedTimeAnalysis
 from .devices import device_spec
 from .timing import time_modules
@@ -89,7 +90,7 @@ def profile_model(
         flops, activations = count_model(model, call, elementwise, backend)
         names = module_aliases(model)
         timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed else None
-        rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats)) if with_ops else ()
+        rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats, flops.of_same_recording(ByteCountAnalysis).op_counts())) if with_ops else ()
         step = training_step_analysis(model, call, backward) if backward else None
         communication = communication_of(step or flops)  # the backward's collectives too, where it was recorded
         predicted = flops.of_same_recording(PredictedTimeAnalysis, device=spec).by_module(emit_warnings=False) if spec is not None else None

@@ -227,3 +227,16 @@ def test_the_module_table_shows_bytes_and_intensity():
     assert [cell.strip() for cell in table[0].split("|")][3:6] == ["#flops", "#bytes", "#FLOP/byte"]
     row = [cell.strip() for cell in table[2].split("|")]
     assert row[1] == "model" and row[4] == f"{moved / 1e3:g}K" and row[5] == f"{2 * 8 * 64 * 32 / moved:.3g}"
+
+
+def test_the_op_table_has_each_ops_bytes_and_intensity():
+    """The per-op table (``--ops``): each timed op with the bytes its count gave it and FLOPs per
+    byte; every counted byte lands on one row."""
+    from jitflops import profile_model
+
+    model, args, kwargs = all_examples()["transformer"].instantiate("cpu")
+    rows = profile_model(model, args, kwargs, repeats=1, with_ops=True).op_rows
+    assert sum(row.bytes or 0 for row in rows) == _bytes(model, *args).total()
+    linear = next(row for row in rows if row.op == "aten::linear" and row.module == "blocks.0.attention.q")
+    assert linear.bytes == _size(1, 128, 64) + _size(64, 64) + _size(64) + _size(1, 128, 64) and linear.intensity == pytest.approx(linear.flops / linear.bytes)
+    assert all(row.bytes is None for row in rows if row.op in ("aten::view", "aten::transpose", "aten::permute"))
