@@ -200,7 +200,7 @@ def _percent(part: float, whole: float) -> str:
     return f"{round(100 * part / whole, 2) if whole else 0:g}%"
 
 
-def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int) -> list[str]:
+def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int, ridge: Optional[float]) -> list[str]:
     total_latency = root.latency.median if root.latency else 0.0
 
     def describe(node: ModuleProfile) -> str:
@@ -219,7 +219,8 @@ def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int
             items.append(f"{deepspeed_bytes(node.comm_bytes)} comm")
         if node.predicted_s is not None:  # the roofline's, on the profile's prediction device
             measured = f" = {node.predicted_to_measured:.2f} x measured" if node.predicted_to_measured is not None else ""
-            items.append(f"{deepspeed_seconds(node.predicted_s)} predicted{measured}, {node.intensity or 0:.3g} flops/byte")
+            bound = f" ({node.bound(ridge)}-bound)" if node.bound(ridge) else ""
+            items.append(f"{deepspeed_seconds(node.predicted_s)} predicted{measured}, {node.intensity or 0:.3g} flops/byte{bound}")
         if node.extra_repr:
             items.append(node.extra_repr)
         return ", ".join(items)
@@ -261,6 +262,6 @@ def format_model_profile(
     lines = _summary_lines(profile.summary, profile.step, profile.convention) + _generation_lines(profile) + _cluster_lines(profile)
     lines += ["", AGGREGATED_TITLE, format_aggregated_profile(profile.root, module_depth, top_modules)]
     if detailed:
-        lines += _detailed_lines(profile.root, profile.tree_peak_flops, len(profile.ranks))
+        lines += _detailed_lines(profile.root, profile.tree_peak_flops, len(profile.ranks), profile.summary.ridge)
     lines.append(_END)
     return "\n".join(lines)

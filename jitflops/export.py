@@ -54,7 +54,7 @@ UNITS = {
     "bytes (modules, summary)": "bytes the forward's ops read and write, each op as one kernel (ByteCountAnalysis)",
     "intensity": "arithmetic intensity: flops per byte read or written",
     "ridge": "the prediction device's ridge point: the intensity above which an op is compute-bound",
-    "bound": "compute or memory: the forward's intensity against the prediction device's ridge point (efficiency x peak / efficiency x bandwidth)",
+    "bound": "compute or memory: the intensity (the forward's, a module's) against the prediction device's ridge point (efficiency x peak / efficiency x bandwidth)",
     "predicted_s": "seconds the roofline predicts on prediction_device: per op max(flops / (efficiency x peak), bytes / (efficiency x bandwidth)) + a launch cost, summed",
     "predicted_to_measured": "predicted_s / the measured median latency (null: not timed)",
 }
@@ -112,7 +112,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "slowest_rank": profile.slowest_rank,
     "cluster_mfu": profile.cluster_mfu,
         },
-        "modules": [_module_to_dict(node, node.mfu(profile.tree_peak_flops)) for node in profile.root.walk()],
+        "modules": [_module_to_dict(node, node.mfu(profile.tree_peak_flops), summary.ridge) for node in profile.root.walk()],
         "ops": [row.as_dict() for row in profile.op_rows],
         "ranks": [profile_to_dict(rank) for rank in profile.ranks],
         "generation": None if profile.generation is None else {
@@ -123,7 +123,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
     }
 
 
-def _module_to_dict(node: ModuleProfile, mfu: Optional[float]) -> dict[str, Any]:
+def _module_to_dict(node: ModuleProfile, mfu: Optional[float], ridge: Optional[float]) -> dict[str, Any]:
     return {
         "name": node.name,
         "type": node.type_name,
@@ -139,6 +139,7 @@ def _module_to_dict(node: ModuleProfile, mfu: Optional[float]) -> dict[str, Any]
         "masked_out_macs": node.masked_out_macs,
         "bytes": node.bytes,
         "intensity": node.intensity,
+        "bound": node.bound(ridge),
         "predicted_s": node.predicted_s,
         "predicted_to_measured": node.predicted_to_measured,
         "int_macs_by_op": dict(node.int_macs_by_op),

@@ -60,6 +60,12 @@ class ModuleProfile:
         """Arithmetic intensity: FLOPs per byte read or written (None: it moves nothing)."""
         return self.flops / self.bytes if self.bytes else None
 
+    def bound(self, ridge: Optional[float]) -> Optional[str]:
+        """``"compute"`` or ``"memory"``: this module's intensity against a device's ``ridge`` point."""
+        if ridge is None or self.intensity is None:
+            return None
+        return "compute" if self.intensity >= ridge else "memory"
+
     @property
     def predicted_to_measured(self) -> Optional[float]:
         """Predicted over measured time (None: not both)."""

@@ -128,7 +128,7 @@ class ProfileSummary:
         """``"compute"`` or ``"memory"``: the forward's intensity against the prediction device's :attr:`ridge`."""
         if self.ridge is None or self.intensity is None:
             return None
-        return "compute" if self.intensity >= self.ridge else "memory"
+        return "compute" if self.intensity >= self.ridge else "memory"  # as ModuleProfile.bound, for the whole forward
 
     @property
     def predicted_to_measured(self) -> Optional[float]:

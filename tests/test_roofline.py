@@ -87,10 +87,14 @@ def test_a_profile_shows_bytes_intensity_and_the_prediction_beside_the_measured_
     assert re.search(r"^predicted fwd latency on this cpu \(roofline, (compute|memory)-bound; ridge 5 flops/byte\): +[\d.]+ [mu]?s$", text, re.M)
     assert re.search(r"^predicted / measured fwd latency: +[\d.]+$", text, re.M)
     mlp = profile.root.find("blocks.0.mlp")  # each module of the detailed tree: predicted beside measured
-    assert re.search(rf"\(mlp\): Sequential\(\n +.* predicted = {mlp.predicted_to_measured:.2f} x measured, {mlp.intensity:.3g} flops/byte$", text, re.M)
+    bound = "compute" if mlp.intensity >= 5 else "memory"  # the spec's ridge: 1e11 FLOP/s over 2e10 B/s
+    assert re.search(rf"\(mlp\): Sequential\(\n +.* predicted = {mlp.predicted_to_measured:.2f} x measured, {mlp.intensity:.3g} flops/byte \({bound}-bound\)$", text, re.M)
     document = profile_to_dict(profile)
     assert document["summary"]["prediction_device"] == "this cpu" and document["summary"]["bytes"] == summary.bytes
     assert document["modules"][0]["predicted_to_measured"] == pytest.approx(profile.root.predicted_to_measured)
+    assert document["summary"]["ridge"] == pytest.approx(5.0) and {module["bound"] for module in document["modules"] if module["intensity"]} <= {"compute", "memory"}
+    embedding = next(module for module in document["modules"] if module["name"] == "embed")
+    assert embedding["bound"] == "memory"  # a gather: no FLOPs, only bytes
 
 
 def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
