@@ -231,6 +231,20 @@ def test_flash_and_efficient_kernels_count_in_their_sequence_first_layout(head_d
     assert efficient == {"_efficient_attention_backward": five["backward"], "recompute._efficient_attention_backward": five["recompute"]}
 
 
+def test_a_fused_sdpa_kernels_backward_counts_what_flop_counter_mode_counts():
+    """SDPA's memory-efficient kernel's backward, in its own (batch, heads, sequence, dim) layout:
+    the four gradient products and the recomputed scores, 167,772,160 FLOPs for B=2, H=8, S=128,
+    D=64, as ``FlopCounterMode``'s ``sdpa_backward_flop_count`` (an independent count) has them."""
+    q, out = torch.empty(B, H, S, 64, device="meta"), torch.empty(B, H, S, 64, device="meta")
+    logsumexp, seed = torch.empty(B, H, S, device="meta"), torch.empty((), dtype=torch.long, device="meta")
+    backward = _KernelCall(torch.ops.aten._scaled_dot_product_efficient_attention_backward, seed, seed, 0.0, (True, True, True, False))
+    with FlopCounterMode(display=False) as torch_count:
+        backward(out, q, q, q, None, out, logsumexp)
+    ours = _kernel_count(torch.ops.aten._scaled_dot_product_efficient_attention_backward, (out, q, q, q, None, out, logsumexp), seed, seed, 0.0, (True, True, True, False))
+    assert ours == {"_scaled_dot_product_efficient_attention_backward": 4 * B * H * S * S * 64, "recompute._scaled_dot_product_efficient_attention_backward": B * H * S * S * 64}
+    assert 2 * sum(ours.values()) == torch_count.get_total_flops() == 167_772_160
+
+
 def test_flash_and_efficient_kernels_causal_grouped_and_packed():
     """Grouped-query keys (2 heads for 8), a longer key than query, the kernels' causal flags under
     the mask-aware convention (top-left and bottom-right alignment), and packed sequences counted at
