@@ -48,6 +48,10 @@ class DeviceSpec:
     memory_bytes: Optional[int] = None
     compute_efficiency: float = 0.75
     """The share of the peak FLOP/s kernels reach (default: typical, not measured)."""
+    compute_curve: tuple[tuple[float, float], ...] = ()
+    """Measured shares of the peak by a matmul's FLOPs, ``((flops, share), ...)`` in increasing
+    FLOPs (``jitflops calibrate``): small products reach less of it. Where given, an op's share is
+    read from it (log-interpolated, clamped at its ends) times :attr:`compute_efficiency`."""
     memory_efficiency: float = 0.85
     """The share of the bandwidth kernels reach (default: typical, not measured)."""
     launch_s: float = 5e-6
@@ -67,6 +71,8 @@ class DeviceSpec:
                 problems.append(f"peak_flops has an unknown dtype {key!r} (known: {', '.join(DTYPE_KEYS)})")
             elif not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 problems.append(f"peak_flops[{key!r}] must be a positive FLOP/s, got {value!r}")
+        if any(len(point) != 2 or not point[0] > 0 or not 0 < point[1] <= 1 for point in self.compute_curve):
+            problems.append(f"compute_curve must be (flops > 0, share in (0, 1]) pairs, got {self.compute_curve!r}")
         for name in ("compute_efficiency", "memory_efficiency"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
@@ -85,6 +91,20 @@ class DeviceSpec:
                 return float(self.peak_flops[candidate])
         return float(max(self.peak_flops.values()))
 
+    def compute_share(self, flops: float) -> float:
+        """The share of the peak an op of ``flops`` reaches: :attr:`compute_efficiency`, times the
+        :attr:`compute_curve`'s share at that size where the spec has one."""
+        curve = self.compute_curve
+        if not curve or flops <= 0:
+            return self.compute_efficiency
+        if flops <= curve[0][0]:
+            return self.compute_efficiency * curve[0][1]
+        for (low, low_share), (high, high_share) in zip(curve, curve[1:]):
+            if flops <= high:
+                weight = math.log(flops / low) / math.log(high / low)
+                return self.compute_efficiency * (low_share + weight * (high_share - low_share))
+        return self.compute_efficiency * curve[-1][1]
+
     def to_json(self) -> str:
         document = {name: value for name, value in dataclasses.asdict(self).items() if name != "matches"}
         return json.dumps(document, indent=1)
@@ -97,7 +117,8 @@ class DeviceSpec:
         if unknown or missing:
             parts = ([f"missing {', '.join(sorted(missing))}"] if missing else []) + ([f"unknown keys {', '.join(sorted(unknown))}"] if unknown else [])
             raise DeviceSpecError(f"device spec {origin or document.get('name', '?')!r}: {'; '.join(parts)} (keys: {', '.join(sorted(known))})")
-        return cls(**{**document, "peak_flops": dict(document["peak_flops"])})
+        curve = tuple(tuple(point) for point in document.get("compute_curve", ()))
+        return cls(**{**document, "peak_flops": dict(document["peak_flops"]), "compute_curve": curve})
 
 
 _WIDER = {"float8": ("float8", "int8", "bfloat16", "float16"), "int8": ("int8", "float8", "bfloat16"), "tf32": ("tf32", "float32"),

@@ -1,7 +1,8 @@
 """Time predicted from a roofline, per op, summed per module: on a named device, before the model runs.
 
 Each op takes ``max(FLOPs / (efficiency x peak for its dtype), bytes / (efficiency x bandwidth))``
-plus a fixed cost per kernel (:class:`~jitflops.devices.DeviceSpec`); FLOPs are 2 x the MACs of the
+plus a fixed cost per kernel (:class:`~jitflops.devices.DeviceSpec`; a calibrated spec's compute
+efficiency follows the op's size: small products reach less of the peak); FLOPs are 2 x the MACs of the
 FLOP formulas, bytes the op's traffic (:mod:`jitflops.handles.traffic`). Ops that move nothing (views)
 take no time. What the model leaves out: fusion (each op is its own kernel, reading and writing its
 tensors), the overlap of communication with compute, and caches (every op's tensors come from
@@ -31,7 +32,7 @@ def roofline_seconds(flops: float, traffic: float, peak: float, spec: DeviceSpec
     """One kernel's time: the slower of its compute and its memory traffic, plus its launch."""
     if not flops and not traffic:
         return 0.0
-    return max(flops / (spec.compute_efficiency * peak), traffic / (spec.memory_efficiency * spec.memory_bandwidth)) + spec.launch_s
+    return max(flops / (spec.compute_share(flops) * peak), traffic / (spec.memory_efficiency * spec.memory_bandwidth)) + spec.launch_s
 
 
 def compute_dtype(op: OpRecord) -> Optional[torch.dtype]:

@@ -33,10 +33,20 @@ def test_the_table_has_the_issues_devices_each_with_a_source():
 
 def test_a_spec_file_round_trips(tmp_path):
     path = tmp_path / "mine.json"
-    spec = DeviceSpec("mine", {"float32": 2e12, "bfloat16": 8e12}, 1e11, compute_efficiency=1.0, memory_efficiency=1.0, launch_s=2e-6, source="by hand")
+    spec = DeviceSpec("mine", {"float32": 2e12, "bfloat16": 8e12}, 1e11, compute_efficiency=1.0, memory_efficiency=1.0, launch_s=2e-6,
+                      compute_curve=((1e6, 0.25), (1e8, 0.75), (1e10, 1.0)), source="by hand")
     path.write_text(spec.to_json())
     assert device_spec(str(path)) == spec
     assert device_spec(json.loads(spec.to_json())) == spec
+
+
+def test_a_calibrated_compute_curve_gives_small_products_less_of_the_peak():
+    """Shares by a product's FLOPs, log-interpolated between the measured sizes, clamped at the ends."""
+    spec = DeviceSpec("curve", {"float32": 1e12}, 1e11, compute_efficiency=1.0, compute_curve=((1e6, 0.25), (1e8, 0.75), (1e10, 1.0)))
+    assert [spec.compute_share(flops) for flops in (1e3, 1e6, 1e7, 1e8, 1e9, 1e12)] == pytest.approx([0.25, 0.25, 0.5, 0.75, 0.875, 1.0])
+    assert DeviceSpec("flat", {"float32": 1e12}, 1e11).compute_share(1e3) == 0.75  # a datasheet spec: its one efficiency
+    with pytest.raises(DeviceSpecError, match="compute_curve must be"):
+        DeviceSpec("bad", {"float32": 1e12}, 1e11, compute_curve=((1e6, 1.5),))
 
 
 @pytest.mark.parametrize("document, message", [
@@ -110,6 +120,8 @@ def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
     assert calibrated.returncode == 0, calibrated.stderr
     measured = device_spec(str(spec))
     assert measured.peak_flops["float32"] > 1e9 and measured.memory_bandwidth > 1e9 and measured.compute_efficiency == 1.0
+    shares = [share for _, share in measured.compute_curve]
+    assert len(shares) >= 3 and shares == sorted(shares) and shares[-1] == 1.0 and shares[0] < 1.0  # small products reach less
     table = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", str(spec)], capture_output=True, text=True, timeout=300)
     assert re.search(r"^Predicted forward on cpu \(\d+ threads\) \(roofline, (compute|memory)-bound; ridge [\d.]+ flops/byte\): ", table.stdout, re.M), table.stdout[-500:]
     assert re.search(r"^\| module +\| #parameters or shape +\| #flops +\| #activations +\| #bytes +\| #FLOP/byte +\|$", table.stdout, re.M)
