@@ -62,12 +62,6 @@ class RooflineFormulas(Mapping[str, Handle]):
             raise KeyError(kind)
         return self._formula
 
-    def get(self, kind: str, default: Any = None) -> Any:  # type: ignore[override]
-        try:
-            return self[kind]
-        except KeyError:
-            return default
-
     def __iter__(self) -> Iterator[str]:
         return iter(self._flops)
 

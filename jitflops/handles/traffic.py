@@ -201,12 +201,6 @@ class TrafficFormulas(Mapping[str, Handle]):
             raise KeyError(kind)
         return self.GENERIC
 
-    def get(self, kind: str, default: Any = None) -> Any:  # type: ignore[override]
-        try:
-            return self[kind]
-        except KeyError:
-            return default
-
     def __iter__(self) -> Iterator[str]:
         return iter(self._handles)
 
