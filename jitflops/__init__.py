@@ -22,6 +22,9 @@ from .parameter_count import parameter_count, parameter_count_table
 from .print_model_statistics import flop_count_str, flop_count_table
 from .flops_profiler import FlopsProfiler, FlopsProfilerConfig, get_module_duration, get_module_flops, get_module_macs
 from .one_call_profile import get_model_profile
+from .memory_estimate import KVCache, MemoryEstimate, ModuleMemory
+from .memory_footprint import largest_fitting, memory_footprint
+from .memory_report import memory_summary, memory_table
 from .model_profile import ModelProfile, ProfileSummary
 from .named_models import model_from_name
 from .profile import profile_model
@@ -40,7 +43,14 @@ __all__ = [
     "FlopsProfilerConfig",
     "GenerationCount",
     "IntegerOpCountAnalysis",
+    "KVCache",
     "LatencyStats",
+    "MemoryEstimate",
+    "ModuleMemory",
+    "largest_fitting",
+    "memory_footprint",
+    "memory_summary",
+    "memory_table",
     "ModelProfile",
     "ModuleProfile",
     "OpRow",

@@ -28,15 +28,18 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from . import __version__
 from .calibration import calibrate
-from .devices import device_spec, is_device_name
+from .devices import DeviceSpec, device_spec, is_device_name
 from .examples import all_examples
 from .export import ops_to_csv, profile_to_json, spans_to_chrome_trace
 from .html_report import profile_to_html
 from .file_output import check_writable, write_text
 from .formatting import deepspeed_bytes, deepspeed_seconds, format_quantity, format_seconds
+from .memory_footprint import largest_fitting, memory_footprint
+from .memory_report import memory_summary, memory_table
 from .model_profile import ModelProfile
 from .named_models import looks_like_model_name, model_from_name
 from .profile import profile_model
@@ -297,6 +300,15 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s for MFU (default: datasheet for known GPUs, a GEMM probe on the CPU)")
     parser.add_argument("--warm-up", type=int, default=1, help="untimed iterations before timing")
     parser.add_argument("--repeats", type=int, default=10, help="timed iterations")
+    memory = parser.add_argument_group("memory (estimated on fake tensors: nothing is allocated)")
+    memory.add_argument("--memory", action="store_true", help="also estimate the memory of inference (or, with --train, of a training step) per module, and whether it fits on --device")
+    memory.add_argument("--train", metavar="OPTIMIZER", help="estimate a training step's memory with this optimizer: sgd, sgd-momentum, adam, adamw, adafactor, adam8bit")
+    memory.add_argument("--checkpointing", action="store_true", help="with --train: activation checkpointing (the model's gradient_checkpointing_enable())")
+    memory.add_argument("--autocast", choices=["bfloat16", "float16"], help="the forward under autocast to this dtype")
+    memory.add_argument("--master-weights", action="store_true", help="with --train: float32 master copies of the (--dtype) weights, stepped by the optimizer")
+    memory.add_argument("--fsdp", type=int, metavar="RANKS", help="with --train: one rank's memory when FSDP2 shards the model over RANKS ranks")
+    memory.add_argument("--kv-cache", type=int, metavar="LENGTH", help="inference: the KV cache grown to LENGTH tokens")
+    memory.add_argument("--fit", choices=["batch", "length"], help="the largest batch size (first dimension) or length (second) of the inputs that fits on --device")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--version", action="version", version=f"jitflops {__version__} (torch {torch.__version__})")
@@ -313,6 +325,11 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError("--format tree shows the module tree: with --ops use table, csv or json")
     if args.sort != "order" and not (args.ops or args.format == "csv"):
         raise UsageError("--sort orders the rows of --ops and of --format csv; the module table and tree keep the model's order")
+    wants_memory = args.train or args.checkpointing or args.autocast or args.master_weights or args.fsdp or args.kv_cache or args.fit
+    if wants_memory and not args.memory:
+        args.memory = True
+    if args.fit and args.format not in ("table", "tree", "json"):
+        raise UsageError("--fit prints the largest size that fits: use --format table, tree or json")
     if args.top is not None and not (args.ops or args.format == "csv" or (args.profile and args.format == "table")):
         raise UsageError("--top limits --ops rows, --format csv rows, or the top modules of --profile; use --depth for the module table")
 
@@ -365,6 +382,7 @@ def run(args: argparse.Namespace) -> str:
         backend=args.backend, backward=args.backward, peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
         device=prediction,
     )
+    estimate = _memory(args, model, positional, keywords, prediction) if args.memory else None
     if args.trace:
         write_text(args.trace, spans_to_chrome_trace(profile.spans))
     if args.html:
@@ -374,9 +392,55 @@ def run(args: argparse.Namespace) -> str:
     if prediction is not None and args.format in ("table", "tree") and not args.profile:  # the DeepSpeed printout and the JSON say it themselves
         report += (f"\n\nPredicted forward on {prediction.name} (roofline, {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
                    f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte")
+    if estimate is not None:
+        report = _with_memory(args, report, estimate, prediction)
     if named and args.format in ("table", "tree") and not (args.profile and args.format == "table"):  # the DeepSpeed printout and the JSON say it themselves
         report = f"Model: {profile.summary.model_class}, built from {args.factory}\n\n{report}"
     return report
+
+
+def _with_size(inputs: Any, axis: int, size: int) -> Any:
+    """``inputs`` with every tensor of more than ``axis`` dimensions made ``size`` long along it (values do not matter: the estimate runs on fake tensors)."""
+    def resized(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() <= axis:
+            return tensor
+        shape = list(tensor.shape)
+        shape[axis] = size
+        return torch.zeros(shape, dtype=tensor.dtype, device=tensor.device)
+    return tree_map_only(torch.Tensor, resized, inputs)
+
+
+def _memory(args: argparse.Namespace, model: nn.Module, positional: tuple[Any, ...], keywords: dict[str, Any], device: Optional[DeviceSpec]) -> Any:
+    """The memory estimate the options ask for; with ``--fit``, the largest size's (``fitted`` set on ``args``)."""
+    options: dict[str, Any] = dict(
+        train=args.train, checkpointing=args.checkpointing, master_weights=args.master_weights, fsdp=args.fsdp,
+        autocast=DTYPES[args.autocast] if args.autocast else None, device=device, kv_cache_length=args.kv_cache,
+    )
+    if not args.fit:
+        return memory_footprint(model, positional, keywords, **options)
+    if device is None or device.memory_bytes is None:
+        raise UsageError("--fit needs a device with a memory size: --device h100, a100-80gb, ... (the device table)")
+    axis = {"batch": 0, "length": 1}[args.fit]
+    args.fitted, estimate = largest_fitting(model, lambda n: _with_size(positional, axis, n), device,
+                                            kwargs_of=lambda n: _with_size(keywords, axis, n), **options)
+    if estimate is None:
+        raise UsageError(f"even a {args.fit} of 1 does not fit on {device.name}")
+    return estimate
+
+
+def _with_memory(args: argparse.Namespace, report: str, estimate: Any, device: Optional[DeviceSpec]) -> str:
+    """The count's report with the memory estimate: in the JSON document, or printed after it."""
+    fitted = getattr(args, "fitted", None)
+    if args.format == "json":
+        document = json.loads(report)
+        document["memory"] = estimate.to_dict()
+        if fitted is not None:
+            document["memory"]["largest_" + args.fit] = fitted
+        return json.dumps(document, indent=1)
+    text = memory_summary(estimate, device if device is not None and device.memory_bytes else None)
+    if fitted is not None:
+        text = f"Largest {args.fit} that fits on {device.name}: {fitted}\n{text}"
+    return f"{report}\n\n{text}\n\n{memory_table(estimate, args.depth if args.depth is not None else 3)}"
 
 
 def calibrate_main(argv: Sequence[str]) -> int:

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 from torch import nn
 from torch._decomp import global_decomposition_table
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils import _pytree as pytree
 
@@ -112,11 +113,15 @@ def meta_kernels_for_tracing() -> Iterator[None]:
         library._destroy()
 
 
-def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[int, torch.Tensor]) -> torch.Tensor:
+def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[int, torch.Tensor], fake_mode: Optional[FakeTensorMode] = None) -> torch.Tensor:
     """A tensor like ``tensor`` on ``device``, without values (a Parameter stays a Parameter); one
-    per tensor, so shared weights stay shared."""
+    per tensor, so shared weights stay shared. With ``fake_mode``, a fake tensor of it."""
     if id(tensor) not in swapped:
-        empty = torch.empty_like(tensor, device=device)
+        if fake_mode is None:
+            empty = torch.empty_like(tensor, device=device)
+        else:
+            with fake_mode:
+                empty = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=device)
         swapped[id(tensor)] = nn.Parameter(empty, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else empty.requires_grad_(tensor.requires_grad)
     return swapped[id(tensor)]
 
@@ -168,14 +173,16 @@ def computes_by_default(parameters: Sequence[torch.Tensor], call: ModelCall) -> 
     return estimated_work(parameters, call) < COMPUTE_BELOW_WORK
 
 
-def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta") -> tuple[nn.Module, ModelCall, dict[nn.Module, nn.Module]]:
+def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mode: Optional[FakeTensorMode] = None) -> tuple[nn.Module, ModelCall, dict[nn.Module, nn.Module]]:
     """A copy of ``model`` whose parameters and buffers are tensors without values on ``device``
-    (meta: no memory either), the call with such inputs, and each of the model's modules mapped to
-    its copy.
+    (meta: no memory either; with ``fake_mode``, its fake tensors of ``device``), the call with
+    such inputs, and each of the model's modules mapped to its copy.
 
     The copy shares everything else with the model (code, attributes, hooks): it is made module by
     module with ``copy.copy`` and new parameter, buffer and child tables. The user's model is not
-    touched, so other threads may keep using it while the copy is traced.
+    touched, so other threads may keep using it while the copy is traced. A fake copy also has its
+    own tables of hooks (the user's hooks in them), since what runs on it may register more
+    (FSDP2, activation checkpointing).
     """
     swapped: dict[int, torch.Tensor] = {}
     copies: dict[nn.Module, nn.Module] = {}
@@ -183,14 +190,16 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta") -> tuple
     def copy_of(module: nn.Module) -> nn.Module:
         if module not in copies:
             twin = copies[module] = copy.copy(module)
-            twin.__dict__["_parameters"] = {name: None if p is None else _empty_like(p, device, swapped) for name, p in module._parameters.items()}
-            twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped) for name, b in module._buffers.items()}
+            twin.__dict__["_parameters"] = {name: None if p is None else _empty_like(p, device, swapped, fake_mode) for name, p in module._parameters.items()}
+            twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped, fake_mode) for name, b in module._buffers.items()}
+            if fake_mode is not None:
+                twin.__dict__.update({name: copy.copy(value) for name, value in vars(module).items() if name.endswith("hooks") or name.endswith("hooks_with_kwargs") or name.endswith("always_called")})
             twin.__dict__["_modules"] = {name: None if child is None else copy_of(child) for name, child in module._modules.items()}
         return copies[module]
 
     twin = copy_of(model)
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
-    args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
+    args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped, fake_mode) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
     return twin, ModelCall(args, kwargs), copies
 
 

@@ -1,0 +1,225 @@
+"""The memory estimate against hand counts, torch's own ``MemTracker`` and the profiler's memory
+timeline on real steps, and its errors. ``tools/memory_accuracy.py`` runs 11 transformers models
+in inference, AdamW and checkpointing, and FSDP2 on 2 gloo ranks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.distributed._tools.mem_tracker import MemTracker
+
+from jitflops import largest_fitting, memory_footprint, memory_summary, memory_table
+from jitflops.cli import main
+from jitflops.devices import DeviceSpecError
+from jitflops.errors import TraceError
+from jitflops.optimizers import UnknownOptimizerError
+
+transformers = pytest.importorskip("transformers")
+
+FP32 = 4
+
+
+def _mlp() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256)), torch.randn(64, 256)
+
+
+def _llama(layers: int = 2) -> nn.Module:
+    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=344, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                                      vocab_size=1000, max_position_embeddings=512)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config)
+
+
+def _memtracker_peak(model: nn.Module, step, optimizer=None) -> int:
+    tracker = MemTracker()
+    tracker.track_external(*([model, optimizer] if optimizer is not None else [model]))
+    with tracker:
+        step()
+    return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+
+
+def test_mlp_with_adamw_by_hand_and_by_memtracker():
+    model, x = _mlp()
+    estimate = memory_footprint(model, x, train="adamw")
+    parameters = (256 * 1024 + 1024 + 1024 * 256 + 256) * FP32
+    assert estimate.model.parameters == parameters == 2_102_272
+    assert estimate.model.gradients == parameters
+    assert estimate.model.optimizer_state == 2 * parameters + 4 * FP32  # exp_avg, exp_avg_sq; a float32 step per tensor
+    # ReLU saves its output (Linear 2 saves the same storage as its input: counted once); Linear 1
+    # saves the model's input (an input, not an activation) and the weights (parameters)
+    assert estimate.modules["1"].saved_activations == 64 * 1024 * FP32
+    assert estimate.modules["0"].saved_activations == estimate.modules["2"].saved_activations == 0
+    assert estimate.model.saved_activations == 64 * 1024 * FP32
+    assert estimate.peak_phase == "optimizer"
+
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def step() -> None:
+        output = model(x)
+        output.sum().backward()
+        del output
+        optimizer.step()
+        optimizer.zero_grad()
+    step()
+    # MemTracker does not see the input, made before it started
+    assert estimate.peak == _memtracker_peak(model, step, optimizer) + x.nbytes
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    inference = memory_footprint(model, x)
+    assert inference.mode == "inference" and inference.model.gradients == 0 and inference.model.saved_activations == 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("mode", ["inference", "adamw"])
+def test_llama_against_memtracker_and_the_profilers_timeline(mode):
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import MemoryProfileTimeline
+
+    model = _llama()
+    ids = torch.randint(0, 1000, (2, 64), generator=torch.Generator().manual_seed(0))
+    inputs = {"input_ids": ids, "labels": ids}
+    estimate = memory_footprint(model, inputs, train=None if mode == "inference" else "adamw")
+    optimizer = None
+    if mode == "inference":
+        model.eval()
+
+        def step() -> None:
+            with torch.no_grad():
+                model(**inputs)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters())
+
+        def step() -> None:
+            output = model(**inputs)
+            output.loss.backward()
+            del output
+            optimizer.step()
+            optimizer.zero_grad()
+        step()
+    tracked = _memtracker_peak(model, step, optimizer) + 2 * ids.nbytes
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        step()
+    _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline("cpu")
+    timeline = max(sum(row) for row in sizes)
+    assert abs(estimate.peak / tracked - 1) < 0.001
+    assert abs(estimate.peak / timeline - 1) < 0.001
+
+
+def test_the_kv_cache_of_a_llama_by_hand():
+    model = _llama(layers=3)
+    ids = torch.zeros(2, 16, dtype=torch.long)
+    estimate = memory_footprint(model, ids, kv_cache_length=4096)
+    per_token = 3 * 2 * 2 * 32 * FP32  # layers x (keys, values) x KV heads x head size x float32
+    assert estimate.kv_cache.bytes_per_token == per_token
+    assert estimate.kv_cache.bytes == per_token * 2 * 4096
+    assert estimate.needed() == estimate.peak + per_token * 2 * (4096 - 16)
+    assert "KV cache" in memory_summary(estimate)
+
+
+def test_checkpointing_keeps_less_than_saving_everything():
+    model = _llama()
+    ids = torch.randint(0, 1000, (2, 128))
+    full = memory_footprint(model, {"input_ids": ids, "labels": ids}, train="adamw")
+    checkpointed = memory_footprint(model, {"input_ids": ids, "labels": ids}, train="adamw", checkpointing=True)
+    # the decoder layers keep only their inputs (the checkpoint's), recomputed in the backward
+    assert checkpointed.modules["model.layers"].saved_activations < full.modules["model.layers"].saved_activations / 4
+    assert checkpointed.peak < full.peak
+    assert not getattr(model.model, "gradient_checkpointing", False)  # the user's model is not changed
+
+
+def test_mixed_precision_master_weights_and_8bit_adam_layouts():
+    layer = nn.Linear(512, 512)
+    x = torch.randn(8, 512)
+    weights = 512 * 512 + 512
+    bf16 = memory_footprint(layer, x, train="adamw", dtype=torch.bfloat16, master_weights=True)
+    assert bf16.model.parameters == 2 * weights
+    # float32 master copies and two float32 moments; a step per tensor
+    assert bf16.model.optimizer_state == 3 * FP32 * weights + 2 * FP32
+    eight_bit = memory_footprint(layer, x, train="adam8bit")
+    # the weight in 8 bits with an absmax per 256 elements; the bias (< 4096 elements) in float32
+    assert eight_bit.model.optimizer_state == 2 * (512 * 512 + math.ceil(512 * 512 / 256) * FP32) + 2 * 512 * FP32 + 2 * FP32
+    sgd = memory_footprint(layer, x, train="sgd")
+    momentum = memory_footprint(layer, x, train="sgd-momentum")
+    assert sgd.model.optimizer_state == 0 and momentum.model.optimizer_state == FP32 * weights
+    autocast = memory_footprint(layer, x, train="adamw", autocast=torch.bfloat16)
+    assert autocast.model.saved_activations < memory_footprint(layer, x, train="adamw").model.saved_activations + 2 * weights
+
+
+def test_fsdp2_shards_per_rank():
+    model = _llama()
+    ids = torch.randint(0, 1000, (2, 64))
+    whole = memory_footprint(model, {"input_ids": ids, "labels": ids}, train="adamw")
+    sharded = memory_footprint(model, {"input_ids": ids, "labels": ids}, train="adamw", fsdp=2)
+    assert sharded.model.parameters * 2 == whole.model.parameters
+    assert sharded.model.optimizer_state * 2 == pytest.approx(whole.model.optimizer_state, rel=0.01)
+    assert sharded.peak < whole.peak
+    assert not torch.distributed.is_initialized()
+
+
+def test_fits_and_the_largest_batch():
+    model, x = _mlp()
+    estimate = memory_footprint(model, x, train="adamw")
+    assert estimate.fits("h100") and estimate.fits(estimate.peak) and not estimate.fits(estimate.peak - 1)
+    budget = 16 * 2**20
+    largest, at_largest = largest_fitting(model, lambda n: torch.randn(n, 256), budget, train="adamw")
+    assert at_largest.fits(budget)
+    assert not memory_footprint(model, torch.randn(largest + 1, 256), train="adamw").fits(budget)
+    assert largest_fitting(model, lambda n: torch.randn(n, 256), 1000, train="adamw") == (0, None)
+
+
+class _HidesItsInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.kept = y  # not through save_for_backward: no saved-tensor hook sees it
+        return y * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2 * ctx.kept
+
+
+class _Hiding(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return _HidesItsInput.apply(self.inner(x))
+
+
+def test_saved_activations_no_hook_sees_are_reported_per_module():
+    model = nn.Sequential(nn.Linear(8, 8), _Hiding())
+    estimate = memory_footprint(model, torch.randn(4, 8), train="sgd")
+    assert estimate.unseen_saved_modules == ["1"]
+    assert estimate.modules["1"].unseen_saved == 4 * 8 * FP32
+    assert "unseen by saved-tensor hooks" in memory_summary(estimate)
+
+
+def test_bad_input_is_named_and_the_model_comes_back_as_it_was():
+    model, x = _mlp()
+    hooks = len(model[0]._forward_hooks)
+    with pytest.raises(UnknownOptimizerError, match="adamw, adafactor, adam8bit"):
+        memory_footprint(model, x, train="adamz")
+    with pytest.raises(DeviceSpecError, match="h100"):
+        memory_footprint(model, x, device="h1000")
+    assert len(model[0]._forward_hooks) == hooks and all(p.grad is None for p in model.parameters()) and model.training
+    broken = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(512, 256))
+    with pytest.raises(TraceError, match=r"estimating memory failed in .*2.* \(Linear\)"):
+        memory_footprint(broken, x, train="adamw")
+    assert all(p.grad is None for p in broken.parameters()) and broken.training
+
+
+def test_the_table_and_the_cli(capsys):
+    model, x = _mlp()
+    table = memory_table(memory_footprint(model, x, train="adamw"))
+    assert "saved activations" in table and "256.00 KiB" in table
+    code = main(["transformers:LlamaForCausalLM", "--config", "hidden_size=64", "intermediate_size=128", "num_hidden_layers=1",
+                 "num_attention_heads=4", "num_key_value_heads=2", "vocab_size=100", "--input-ids", "2,32", "--train", "adamw", "--device", "h100"])
+    out = capsys.readouterr().out
+    assert code == 0 and "Memory of a training step (adamw)" in out and "fits in h100-sxm (80.00 GiB)" in out
+    assert main(["--example", "convnet", "--train", "adamz"]) == 2
+    assert "known: sgd, sgd-momentum, adam, adamw" in capsys.readouterr().err

@@ -1,0 +1,204 @@
+"""The memory estimate against torch's own accounting of real steps on this CPU.
+
+For each transformers model (small configs, random weights) and each of inference, an AdamW
+training step and an AdamW step with activation checkpointing, ``memory_footprint`` estimates the
+peak on fake tensors; the same step then runs for real, a steady one (after a first step made the
+optimizer's state), measured twice: by ``MemTracker`` (``torch.distributed._tools``; it does not see
+the inputs, made before it started, so their bytes are added) and by ``torch.profiler``'s memory
+timeline (``profile_memory=True``). Errors are the estimate over each, less one.
+
+    python tools/memory_accuracy.py                    # writes tools/memory_results.json
+    torchrun --nproc_per_node 2 tools/memory_accuracy.py --fsdp   # FSDP2 on 2 gloo ranks
+    python tools/memory_accuracy.py --scale            # Llama-3-8B at 4,096 tokens: seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import transformers
+from torch.distributed._tools.mem_tracker import MemTracker
+from torch.profiler import ProfilerActivity, profile
+from torch.profiler._memory_profiler import MemoryProfileTimeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from jitflops.fake_sharding import sharding_units  # noqa: E402
+from jitflops.memory_footprint import memory_footprint  # noqa: E402
+
+SMALL = dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+             max_position_embeddings=512)
+MODELS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("causal", SMALL),
+    "mistral": ("causal", SMALL),
+    "qwen2": ("causal", SMALL),
+    "qwen3": ("causal", {**SMALL, "head_dim": 32}),
+    "gemma": ("causal", {**SMALL, "head_dim": 32}),
+    "phi3": ("causal", {**SMALL, "pad_token_id": 0}),
+    "gpt2": ("causal", dict(n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=512)),
+    "opt": ("causal", dict(hidden_size=128, ffn_dim=344, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000, word_embed_proj_dim=128)),
+    "bert": ("masked", dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000)),
+    "roberta": ("masked", dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000)),
+    "t5": ("seq2seq", dict(d_model=128, d_ff=344, num_layers=2, num_heads=4, d_kv=32, vocab_size=1000, decoder_start_token_id=0, pad_token_id=0)),
+}
+MODES = ("inference", "adamw", "checkpointing")
+BATCH, LENGTH = 4, 128
+
+
+def build(name: str) -> torch.nn.Module:
+    head, settings = MODELS[name]
+    config = transformers.AutoConfig.for_model(name, **settings)
+    auto = {"causal": transformers.AutoModelForCausalLM, "masked": transformers.AutoModelForMaskedLM, "seq2seq": transformers.AutoModelForSeq2SeqLM}[head]
+    torch.manual_seed(0)
+    return auto.from_config(config, attn_implementation="sdpa")
+
+
+def batch(batch_size: int = BATCH) -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, 1000, (batch_size, LENGTH), generator=torch.Generator().manual_seed(0))
+    return {"input_ids": ids, "labels": ids.clone()}
+
+
+def real_step(model: torch.nn.Module, inputs: dict[str, torch.Tensor], mode: str) -> tuple[Callable[[], None], Any]:
+    """The step the estimate models, and the optimizer (None for inference)."""
+    if mode == "inference":
+        model.eval()
+
+        def infer() -> None:
+            # The output is kept to the end of the step, and dropped before the next one (else the
+            # next measurement starts with it: the profiler's timeline counts what exists before it)
+            with torch.no_grad():
+                output = model(**inputs)
+            del output
+        return infer, None
+    model.train()
+    if mode == "checkpointing":
+        model.gradient_checkpointing_enable()
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def train() -> None:
+        output = model(**inputs)
+        output.loss.backward()
+        del output
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    train()  # the optimizer's state, as in a steady step
+    return train, optimizer
+
+
+def memtracker_peak(model: torch.nn.Module, optimizer: Any, step: Callable[[], None], extra: int) -> int:
+    tracker = MemTracker()
+    tracker.track_external(*([model, optimizer] if optimizer is not None else [model]))
+    with tracker:
+        step()
+    return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"] + extra
+
+
+def profiler_peak(step: Callable[[], None]) -> int:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        step()
+    _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline("cpu")
+    return max(sum(row) for row in sizes)
+
+
+def measure(name: str, mode: str) -> dict[str, Any]:
+    model, inputs = build(name), batch()
+    started = time.perf_counter()
+    estimate = memory_footprint(model, inputs, train=None if mode == "inference" else "adamw", checkpointing=mode == "checkpointing")
+    seconds = time.perf_counter() - started
+    step, optimizer = real_step(model, inputs, mode)
+    input_bytes = sum(t.untyped_storage().nbytes() for t in inputs.values())
+    tracked = memtracker_peak(model, optimizer, step, input_bytes)
+    timeline = profiler_peak(step)
+    return {"model": name, "mode": mode, "estimate": estimate.peak, "peak_phase": estimate.peak_phase, "memtracker": tracked, "profiler": timeline,
+            "error_vs_memtracker": estimate.peak / tracked - 1, "error_vs_profiler": estimate.peak / timeline - 1, "estimate_s": round(seconds, 3)}
+
+
+def fsdp(ranks_expected: int = 2) -> None:
+    """One AdamW step of each model sharded by FSDP2 over the ranks; rank 0's estimate (made before
+    the process group, on a fake one) against what MemTracker measures on each rank."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    names = list(MODELS)
+    estimates = {name: memory_footprint(build(name), batch(2), train="adamw", fsdp=world).peak for name in names}
+    dist.init_process_group("gloo")
+    rows = []
+    for name in names:
+        model = build(name)
+        for unit in sharding_units(model):
+            fully_shard(unit)
+        fully_shard(model)
+        inputs = batch(2)
+        step, optimizer = real_step(model, inputs, "adamw")
+        tracked = memtracker_peak(model, optimizer, step, sum(t.untyped_storage().nbytes() for t in inputs.values()))
+        peaks = [None] * world
+        dist.all_gather_object(peaks, tracked)
+        rows.append({"model": name, "mode": f"fsdp2 x{world}", "estimate": estimates[name], "memtracker_per_rank": peaks,
+                     "error_vs_memtracker": estimates[name] / max(peaks) - 1})
+    if dist.get_rank() == 0:
+        print(json.dumps(rows, indent=1))
+        write({"fsdp2": rows})
+    dist.destroy_process_group()
+
+
+def scale() -> None:
+    """Llama-3-8B's shape (built on meta) at 4,096 tokens: the estimate's wall time and its figures."""
+    config = transformers.LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                                      vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0)
+    rows = []
+    for label, options in (("inference bf16", dict(dtype=torch.bfloat16)),
+                           ("adamw bf16, fp32 master weights", dict(dtype=torch.bfloat16, train="adamw", master_weights=True)),
+                           ("adamw bf16, checkpointing", dict(dtype=torch.bfloat16, train="adamw", checkpointing=True))):
+        started = time.perf_counter()
+        with torch.device("meta"):
+            model = transformers.LlamaForCausalLM(config)
+            ids = torch.zeros(1, 4096, dtype=torch.long)
+        built = time.perf_counter()
+        estimate = memory_footprint(model, {"input_ids": ids, "labels": ids}, device="h100", **options)
+        done = time.perf_counter()
+        rows.append({"case": label, "peak_gib": round(estimate.peak / 2**30, 2), "fits_h100": estimate.fits("h100"), "build_s": round(built - started, 2),
+                     "estimate_s": round(done - built, 2)})
+        print(rows[-1])
+    write({"llama3_8b_4096_tokens": rows})
+
+
+def write(update: dict[str, Any]) -> None:
+    path = Path(__file__).with_name("memory_results.json")
+    document = json.loads(path.read_text()) if path.exists() else {}
+    document.update(update)
+    document["torch"] = torch.__version__
+    document["transformers"] = transformers.__version__
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fsdp", action="store_true", help="FSDP2 under torchrun (gloo)")
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--scale", action="store_true", help="Llama-3-8B's shape at 4,096 tokens on meta: the estimate's time")
+    args = parser.parse_args()
+    if args.scale:
+        scale()
+        return
+    if args.fsdp:
+        fsdp()
+        return
+    rows = []
+    for name in args.models:
+        for mode in MODES:
+            row = measure(name, mode)
+            rows.append(row)
+            print(f"{name:8} {mode:13} estimate {row['estimate']:>11,} memtracker {row['memtracker']:>11,} ({row['error_vs_memtracker']:+.2%}) "
+                  f"profiler {row['profiler']:>11,} ({row['error_vs_profiler']:+.2%}) {row['estimate_s']:.2f}s")
+    write({"single_process": rows})
+
+
+if __name__ == "__main__":
+    main()
