@@ -220,10 +220,13 @@ def _run(step: _Step, factory: Optional[Callable[..., torch.optim.Optimizer]], a
     """The step under the recorder; every storage that is a parameter, buffer, input, gradient,
     optimizer state or output is claimed as such (the rest are temporaries or saved activations)."""
     model, recorder = step.model, step.recorder
-    owners = {id(p): name for name, module in model.named_modules() for p in module.parameters(recurse=False)}
+    owners: dict[int, str] = {}
+    """Each parameter (by id) -> the module it is counted in: the first that holds it, for a tied
+    weight as for its storage, so that its gradient and state are counted beside it."""
     with recorder:
         for name, module in model.named_modules():
             for p in module.parameters(recurse=False):
+                owners.setdefault(id(p), name)
                 step.claim(p, "parameters", name)
             for b in module.buffers(recurse=False):
                 step.claim(b, "buffers", name)

@@ -108,6 +108,20 @@ def test_llama_against_memtracker_and_the_profilers_timeline(mode):
     assert abs(estimate.peak / timeline - 1) < 0.001
 
 
+def test_a_tied_weights_gradient_and_state_are_counted_where_the_weight_is():
+    config = transformers.GPT2Config(n_embd=64, n_layer=1, n_head=4, vocab_size=1000, n_positions=64)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.zeros(2, 16, dtype=torch.long)
+    estimate = memory_footprint(model, {"input_ids": ids, "labels": ids}, train="adamw")
+    embedding = estimate.modules["transformer.wte"]
+    table = 1000 * 64 * FP32
+    assert (embedding.parameters, embedding.gradients, embedding.optimizer_state) == (table, table, 2 * table + FP32)
+    head = estimate.modules["lm_head"]
+    assert (head.parameters, head.gradients, head.optimizer_state) == (0, 0, 0)
+    assert head.saved_activations == 2 * 16 * 64 * FP32  # the final hidden states it multiplies
+
+
 def test_the_kv_cache_of_a_llama_by_hand():
     model = _llama(layers=3)
     ids = torch.zeros(2, 16, dtype=torch.long)
