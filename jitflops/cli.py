@@ -38,6 +38,7 @@ from .export import ops_to_csv, profile_to_json, spans_to_chrome_trace
 from .html_report import profile_to_html
 from .file_output import check_writable, write_text
 from .formatting import deepspeed_bytes, deepspeed_seconds, format_quantity, format_seconds
+from .memory_estimate import MemoryEstimate
 from .memory_footprint import largest_fitting, memory_footprint
 from .memory_report import memory_summary, memory_table
 from .model_profile import ModelProfile
@@ -410,7 +411,7 @@ def _with_size(inputs: Any, axis: int, size: int) -> Any:
     return tree_map_only(torch.Tensor, resized, inputs)
 
 
-def _memory(args: argparse.Namespace, model: nn.Module, positional: tuple[Any, ...], keywords: dict[str, Any], device: Optional[DeviceSpec]) -> Any:
+def _memory(args: argparse.Namespace, model: nn.Module, positional: tuple[Any, ...], keywords: dict[str, Any], device: Optional[DeviceSpec]) -> MemoryEstimate:
     """The memory estimate the options ask for; with ``--fit``, the largest size's (``fitted`` set on ``args``)."""
     options: dict[str, Any] = dict(
         train=args.train, checkpointing=args.checkpointing, master_weights=args.master_weights, fsdp=args.fsdp,
@@ -428,7 +429,7 @@ def _memory(args: argparse.Namespace, model: nn.Module, positional: tuple[Any, .
     return estimate
 
 
-def _with_memory(args: argparse.Namespace, report: str, estimate: Any, device: Optional[DeviceSpec]) -> str:
+def _with_memory(args: argparse.Namespace, report: str, estimate: MemoryEstimate, device: Optional[DeviceSpec]) -> str:
     """The count's report with the memory estimate: in the JSON document, or printed after it."""
     fitted = getattr(args, "fitted", None)
     if args.format == "json":

@@ -204,7 +204,7 @@ def module_memory(
         add(lives[index].module, "unseen_saved", lives[index].nbytes)
     temporaries = _temporaries_per_module(recording)
     return {
-        name: ModuleMemory(name, **{key: value for key, value in counts.items() if key in ModuleMemory.__dataclass_fields__}, temporaries=temporaries.get(name, 0))
+        name: ModuleMemory(name, **counts, temporaries=temporaries.get(name, 0))
         for name, counts in totals.items()
     }
 

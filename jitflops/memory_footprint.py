@@ -14,13 +14,13 @@ The user's model is never touched: the copy has its own parameters, buffers and 
 
 from __future__ import annotations
 
-import bisect
 from contextlib import ExitStack, nullcontext
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils import _pytree as pytree
 
 from .devices import DeviceSpec, device_spec
 from .dispatch_trace import default_backward
@@ -61,22 +61,23 @@ def _is_gpu(device: Optional[DeviceSpec]) -> bool:
 class _Step:
     """One estimated step: the fake copy, its recorder, and what each storage turned out to be."""
 
-    def __init__(self, model: nn.Module, call: ModelCall, fake_mode: FakeTensorMode, rounding: int) -> None:
+    def __init__(self, model: nn.Module, call: ModelCall, rounding: int) -> None:
         self.model = model
         self.call = call
-        self.fake_mode = fake_mode
         self.names = {module: name for name, module in model.named_modules(remove_duplicate=False)}
         self.recorder = MemoryRecorder(self.names, rounding)
         self.categories: dict[int, str] = {}
         self.owners: dict[int, str] = {}
 
-    def claim(self, tensor: Optional[torch.Tensor], category: str, owner: Optional[str] = None) -> None:
-        """Note ``tensor``'s storage as of ``category`` (owned by module ``owner``), unless it is claimed already."""
+    def claim(self, tensor: Optional[torch.Tensor], category: str, owner: Optional[str] = None) -> Optional[int]:
+        """Note ``tensor``'s storage as of ``category`` (owned by module ``owner``), unless it is
+        claimed already; its life's index (None for no tensor)."""
         index = self.recorder.track(tensor)
         if index is not None and index not in self.categories:
             self.categories[index] = category
             if owner is not None:
                 self.owners[index] = owner
+        return index
 
     @property
     def recording(self) -> MemoryRecording:
@@ -146,11 +147,9 @@ def memory_footprint(
             getattr(twin, _checkpointing_switch(twin))()
         if fsdp is not None:
             shard_like_fsdp2(twin, mesh, fsdp_units)
-        step = _Step(twin, fake_call, fake_mode, rounding)
+        step = _Step(twin, fake_call, rounding)
         try:
             output = _run(step, factory, autocast, master_weights)
-        except TraceError:
-            raise
         except Exception as error:
             raise _named_error(step, error) from error
         kv_cache = _kv_cache(output, call, kv_cache_length) if kv_cache_length is not None else None
@@ -204,8 +203,6 @@ def _cast_weights(model: nn.Module, dtype: torch.dtype) -> None:
 
 
 def _cast_floating(call: ModelCall, dtype: torch.dtype) -> ModelCall:
-    from torch.utils import _pytree as pytree
-
     args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(dtype) if t.is_floating_point() else t, (call.args, call.kwargs))
     return ModelCall(args, kwargs)
 
@@ -277,8 +274,7 @@ def _claim_state(step: _Step, optimizer: torch.optim.Optimizer, trainable: list[
     for p in trainable:
         for value in optimizer.state.get(masters.get(id(p), p), {}).values():
             if isinstance(value, torch.Tensor):
-                step.claim(value, "optimizer_state", owners[id(p)])
-                step.recording.lives[step.recorder.track(value)].born = before_forward
+                step.recording.lives[step.claim(value, "optimizer_state", owners[id(p)])].born = before_forward
 
 
 def _step_optimizer(optimizer: torch.optim.Optimizer, trainable: list[torch.Tensor], masters: Mapping[int, torch.Tensor]) -> None:
@@ -320,8 +316,7 @@ def largest_fitting(
     """The largest ``n`` in ``[low, high]`` whose ``memory_footprint(model, inputs_of(n), **options)``
     fits in ``memory`` (bytes or a device), and its estimate; ``(low - 1, None)`` when ``low`` does
     not fit. ``inputs_of`` makes the inputs (``kwargs_of`` the keyword arguments) for a batch size
-    or a sequence length ``n``: the
-    footprint grows with it, so sizes are doubled, then bisected."""
+    or a sequence length ``n``: the footprint grows with it, so sizes are doubled, then bisected."""
     if low < 1 or high < low:
         raise ValueError(f"need 1 <= low <= high, got low={low}, high={high}")
     estimates: dict[int, MemoryEstimate] = {}
@@ -332,19 +327,11 @@ def largest_fitting(
 
     if not fits(low):
         return low - 1, None
-    good, bad = low, None
-    while bad is None:
+    good, bad = low, None  # the largest size known to fit, the smallest known not to
+    while bad is None and good < high:
         trial = min(good * 2, high)
-        if trial == good:
-            return good, estimates[good]
-        if fits(trial):
-            good = trial
-        else:
-            bad = trial
-    sizes = range(good, bad)
-    # the first size in (good, bad) that does not fit, found by bisection
-    first_bad = good + bisect.bisect_left(sizes, True, key=lambda n: n != good and not fits(n))
-    largest = first_bad - 1
-    if largest not in estimates:
-        fits(largest)
-    return largest, estimates[largest]
+        good, bad = (trial, None) if fits(trial) else (good, trial)
+    while bad is not None and bad - good > 1:
+        middle = (good + bad) // 2
+        good, bad = (middle, bad) if fits(middle) else (good, middle)
+    return good, estimates[good]
