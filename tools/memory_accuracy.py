@@ -197,7 +197,11 @@ def main() -> None:
             rows.append(row)
             print(f"{name:8} {mode:13} estimate {row['estimate']:>11,} memtracker {row['memtracker']:>11,} ({row['error_vs_memtracker']:+.2%}) "
                   f"profiler {row['profiler']:>11,} ({row['error_vs_profiler']:+.2%}) {row['estimate_s']:.2f}s")
-    write({"single_process": rows})
+    # a run of some models replaces their rows and keeps the others'
+    path = Path(__file__).with_name("memory_results.json")
+    earlier = json.loads(path.read_text()).get("single_process", []) if path.exists() else []
+    measured = {(row["model"], row["mode"]) for row in rows}
+    write({"single_process": [row for row in earlier if (row["model"], row["mode"]) not in measured] + rows})
 
 
 if __name__ == "__main__":
