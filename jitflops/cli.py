@@ -304,7 +304,7 @@ def make_parser() -> argparse.ArgumentParser:
     memory = parser.add_argument_group("memory (estimated on fake tensors: nothing is allocated)")
     memory.add_argument("--memory", action="store_true", help="also estimate the memory of inference (or, with --train, of a training step) per module, and whether it fits on --device")
     memory.add_argument("--train", metavar="OPTIMIZER", help="estimate a training step's memory with this optimizer: sgd, sgd-momentum, adam, adamw, adafactor, adam8bit")
-    memory.add_argument("--checkpointing", action="store_true", help="with --train: activation checkpointing (the model's gradient_checkpointing_enable())")
+    memory.add_argument("--checkpointing", action="store_true", help="with --train: activation checkpointing (the model's activation_checkpointing_enable(), gradient_checkpointing_enable() before transformers 5.24)")
     memory.add_argument("--autocast", choices=["bfloat16", "float16"], help="the forward under autocast to this dtype")
     memory.add_argument("--master-weights", action="store_true", help="with --train: float32 master copies of the (--dtype) weights, stepped by the optimizer")
     memory.add_argument("--fsdp", type=int, metavar="RANKS", help="with --train: one rank's memory when FSDP2 shards the model over RANKS ranks")
@@ -326,9 +326,6 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError("--format tree shows the module tree: with --ops use table, csv or json")
     if args.sort != "order" and not (args.ops or args.format == "csv"):
         raise UsageError("--sort orders the rows of --ops and of --format csv; the module table and tree keep the model's order")
-    wants_memory = args.train or args.checkpointing or args.autocast or args.master_weights or args.fsdp or args.kv_cache or args.fit
-    if wants_memory and not args.memory:
-        args.memory = True
     if args.fit and args.format not in ("table", "tree", "json"):
         raise UsageError("--fit prints the largest size that fits: use --format table, tree or json")
     if args.top is not None and not (args.ops or args.format == "csv" or (args.profile and args.format == "table")):
@@ -346,6 +343,9 @@ def run(args: argparse.Namespace) -> str:
     if is_device_name(args.device) or args.device.endswith(".json"):  # a device to predict for: counted on meta
         prediction, args.device = device_spec(args.device), "meta"
     _check_options(args)
+    args.memory = args.memory or any((args.train, args.checkpointing, args.autocast, args.master_weights, args.fsdp, args.kv_cache, args.fit))
+    if args.fit and (prediction is None or prediction.memory_bytes is None):  # before the analysis spends any time
+        raise UsageError("--fit needs a device with a memory size: --device h100, a100-80gb, ... (the device table)")
     if args.trace and not args.profile:
         raise UsageError("--trace needs --profile (it records the timed pass)")
     timed = args.profile or args.ops
@@ -383,7 +383,7 @@ def run(args: argparse.Namespace) -> str:
         backend=args.backend, backward=args.backward, peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
         device=prediction,
     )
-    estimate = _memory(args, model, positional, keywords, prediction) if args.memory else None
+    estimate, fitted = _memory(args, model, positional, keywords, prediction) if args.memory else (None, None)
     if args.trace:
         write_text(args.trace, spans_to_chrome_trace(profile.spans))
     if args.html:
@@ -394,7 +394,7 @@ def run(args: argparse.Namespace) -> str:
         report += (f"\n\nPredicted forward on {prediction.name} (roofline, {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
                    f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte")
     if estimate is not None:
-        report = _with_memory(args, report, estimate, prediction)
+        report = _with_memory(args, report, estimate, fitted, prediction)
     if named and args.format in ("table", "tree") and not (args.profile and args.format == "table"):  # the DeepSpeed printout and the JSON say it themselves
         report = f"Model: {profile.summary.model_class}, built from {args.factory}\n\n{report}"
     return report
@@ -411,27 +411,26 @@ def _with_size(inputs: Any, axis: int, size: int) -> Any:
     return tree_map_only(torch.Tensor, resized, inputs)
 
 
-def _memory(args: argparse.Namespace, model: nn.Module, positional: tuple[Any, ...], keywords: dict[str, Any], device: Optional[DeviceSpec]) -> MemoryEstimate:
-    """The memory estimate the options ask for; with ``--fit``, the largest size's (``fitted`` set on ``args``)."""
+def _memory(args: argparse.Namespace, model: nn.Module, positional: tuple[Any, ...], keywords: dict[str, Any],
+            device: Optional[DeviceSpec]) -> tuple[MemoryEstimate, Optional[int]]:
+    """The memory estimate the options ask for; with ``--fit``, the largest size that fits and its estimate."""
     options: dict[str, Any] = dict(
         train=args.train, checkpointing=args.checkpointing, master_weights=args.master_weights, fsdp=args.fsdp,
         autocast=DTYPES[args.autocast] if args.autocast else None, device=device, kv_cache_length=args.kv_cache,
     )
     if not args.fit:
-        return memory_footprint(model, positional, keywords, **options)
-    if device is None or device.memory_bytes is None:
-        raise UsageError("--fit needs a device with a memory size: --device h100, a100-80gb, ... (the device table)")
+        return memory_footprint(model, positional, keywords, **options), None
+    assert device is not None  # run() checked that --fit has a device with a memory size
     axis = {"batch": 0, "length": 1}[args.fit]
-    args.fitted, estimate = largest_fitting(model, lambda n: _with_size(positional, axis, n), device,
+    fitted, estimate = largest_fitting(model, lambda n: _with_size(positional, axis, n), device,
                                             kwargs_of=lambda n: _with_size(keywords, axis, n), **options)
     if estimate is None:
         raise UsageError(f"even a {args.fit} of 1 does not fit on {device.name}")
-    return estimate
+    return estimate, fitted
 
 
-def _with_memory(args: argparse.Namespace, report: str, estimate: MemoryEstimate, device: Optional[DeviceSpec]) -> str:
-    """The count's report with the memory estimate: in the JSON document, or printed after it."""
-    fitted = getattr(args, "fitted", None)
+def _with_memory(args: argparse.Namespace, report: str, estimate: MemoryEstimate, fitted: Optional[int], device: Optional[DeviceSpec]) -> str:
+    """The count's report with the memory estimate (and the largest size that fits, with ``--fit``): in the JSON document, or printed after it."""
     if args.format == "json":
         document = json.loads(report)
         document["memory"] = estimate.to_dict()

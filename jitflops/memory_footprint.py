@@ -108,7 +108,8 @@ def memory_footprint(
       ``master_weights``: the optimizer steps float32 copies of them (mixed precision's master
       weights, counted with the optimizer's state); ``autocast``: the forward under autocast.
     - ``checkpointing``: activation checkpointing, by the model's own
-      ``gradient_checkpointing_enable()`` (a transformers model); a model that checkpoints with
+      ``activation_checkpointing_enable()`` (``gradient_checkpointing_enable()`` before transformers
+      5.24); a model that checkpoints with
       ``torch.utils.checkpoint`` itself needs nothing.
     - ``fsdp``: the ranks FSDP2 shards over (one rank's memory is estimated, ``inputs`` being its
       own batch); ``fsdp_units``: the block classes to shard (default: the model's
@@ -123,7 +124,7 @@ def memory_footprint(
     rounding = GPU_ROUNDING if _is_gpu(spec) else 1
     factory = optimizer_factory(train, foreach=_is_gpu(spec)) if train is not None else None
     if checkpointing and not _checkpointing_switch(model):
-        raise ValueError(f"{type(model).__name__} has no gradient_checkpointing_enable(): wrap its blocks in torch.utils.checkpoint instead of checkpointing=True")
+        raise ValueError(f"{type(model).__name__} has no activation_checkpointing_enable() or gradient_checkpointing_enable(): wrap its blocks in torch.utils.checkpoint instead of checkpointing=True")
     if checkpointing and train is None:
         raise ValueError("checkpointing=True applies to training: give train=<optimizer>")
     if kv_cache_length is not None and train is not None:

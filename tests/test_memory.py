@@ -237,3 +237,5 @@ def test_the_table_and_the_cli(capsys):
     assert code == 0 and "Memory of a training step (adamw)" in out and "fits in h100-sxm (80.00 GiB)" in out
     assert main(["--example", "convnet", "--train", "adamz"]) == 2
     assert "known: sgd, sgd-momentum, adam, adamw" in capsys.readouterr().err
+    assert main(["--example", "convnet", "--fit", "batch"]) == 2
+    assert "--fit needs a device with a memory size" in capsys.readouterr().err
