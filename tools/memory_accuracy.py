@@ -8,7 +8,7 @@ the inputs, made before it started, so their bytes are added) and by ``torch.pro
 timeline (``profile_memory=True``). Errors are the estimate over each, less one.
 
     python tools/memory_accuracy.py                    # writes tools/memory_results.json
-    torchrun --nproc_per_node 2 tools/memory_accuracy.py --fsdp   # FSDP2 on 2 gloo ranks
+    torchrun --nproc_per_node 2 tools/memory_accuracy.py --fsdp   # FSDP2 on 2 gloo ranks (and 4)
     python tools/memory_accuracy.py --scale            # Llama-3-8B at 4,096 tokens: seconds
 """
 
@@ -144,7 +144,7 @@ def fsdp(ranks_expected: int = 2) -> None:
                      "error_vs_memtracker": estimates[name] / max(peaks) - 1})
     if dist.get_rank() == 0:
         print(json.dumps(rows, indent=1))
-        write({"fsdp2": rows})
+        write({f"fsdp2_{world}_ranks": rows})
     dist.destroy_process_group()
 
 
