@@ -248,7 +248,7 @@ def _ops_text(profile: ModelProfile, sort: str, top: Optional[int]) -> str:
     return pipe_table(table, headers) + f"\n\n{profile.convention}."
 
 
-def render(args: argparse.Namespace, profile: ModelProfile) -> str:
+def render(args: argparse.Namespace, profile: ModelProfile, memory: Optional[MemoryEstimate] = None) -> str:
     from .deepspeed_report import format_model_profile
     from .print_model_statistics import flop_count_str, flop_count_table
 
@@ -259,7 +259,7 @@ def render(args: argparse.Namespace, profile: ModelProfile) -> str:
     if args.ops:
         return _ops_text(profile, args.sort, args.top)
     if args.profile and args.format == "table":
-        return format_model_profile(profile, module_depth=args.depth if args.depth is not None else -1, top_modules=args.top or 1, detailed=True)
+        return format_model_profile(profile, module_depth=args.depth if args.depth is not None else -1, top_modules=args.top or 1, detailed=True, memory=memory)
     flops, activations = profile.flop_analysis, profile.activation_analysis
     assert flops is not None and activations is not None  # profile_model always counts
     latency = {node.name: node.latency for node in profile.root.walk() if node.latency is not None} if args.profile else None
@@ -387,8 +387,8 @@ def run(args: argparse.Namespace) -> str:
     if args.trace:
         write_text(args.trace, spans_to_chrome_trace(profile.spans))
     if args.html:
-        write_text(args.html, profile_to_html(profile))
-    report = render(args, profile)
+        write_text(args.html, profile_to_html(profile, memory=estimate))
+    report = render(args, profile, estimate)
     summary = profile.summary
     if prediction is not None and args.format in ("table", "tree") and not args.profile:  # the DeepSpeed printout and the JSON say it themselves
         report += (f"\n\nPredicted forward on {prediction.name} (roofline, {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
@@ -437,10 +437,11 @@ def _with_memory(args: argparse.Namespace, report: str, estimate: MemoryEstimate
         if fitted is not None:
             document["memory"]["largest_" + args.fit] = fitted
         return json.dumps(document, indent=1)
-    text = memory_summary(estimate, device if device is not None and device.memory_bytes else None)
+    printed = args.profile and args.format == "table"  # the DeepSpeed printout gives the peak itself
+    text = "" if printed else memory_summary(estimate, device if device is not None and device.memory_bytes else None) + "\n\n"
     if fitted is not None:
         text = f"Largest {args.fit} that fits on {device.name}: {fitted}\n{text}"
-    return f"{report}\n\n{text}\n\n{memory_table(estimate, args.depth if args.depth is not None else 3)}"
+    return f"{report}\n\n{text}{memory_table(estimate, args.depth if args.depth is not None else 3)}"
 
 
 def calibrate_main(argv: Sequence[str]) -> int:

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from .formatting import deepspeed_bytes, deepspeed_flops, deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
 from .hierarchy import ModuleProfile
+from .memory_estimate import CATEGORIES, MemoryEstimate
 from .model_profile import ModelProfile, ProfileSummary
 
 _LINE = "{:<70}  {:<8}"
@@ -90,6 +91,23 @@ def _roofline_lines(summary: ProfileSummary) -> list[str]:
         lines.append(_line(f"predicted fwd latency on {spec.name} (roofline, {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte)", _seconds(summary.predicted_s)))
         if summary.predicted_to_measured is not None:
             lines.append(_line("predicted / measured fwd latency", f"{summary.predicted_to_measured:.3g}"))
+    return lines
+
+
+def _memory_lines(memory: Optional[MemoryEstimate], summary: ProfileSummary) -> list[str]:
+    """The estimated peak (:func:`jitflops.memory_footprint`), what was alive at it and, on a
+    prediction device with a memory size, whether it fits."""
+    if memory is None:
+        return []
+    what = f"training step, {memory.optimizer}" if memory.mode == "training" else "inference"
+    lines = [_line(f"memory peak per GPU (estimated: {what}; in the {memory.peak_phase})", deepspeed_bytes(memory.peak))]
+    lines += [_line(f"memory at peak: {name.replace('_', ' ')}", deepspeed_bytes(memory.at_peak[name])) for name in CATEGORIES if memory.at_peak.get(name)]
+    if memory.kv_cache is not None:
+        lines.append(_line(f"KV cache at {memory.kv_cache.length} tokens (memory needed with it)", f"{deepspeed_bytes(memory.kv_cache.bytes)} ({deepspeed_bytes(memory.needed())})"))
+    spec = summary.prediction_device
+    if spec is not None and spec.memory_bytes:
+        verdict = "fits" if memory.fits(spec) else "does NOT fit"
+        lines.append(_line(f"memory on {spec.name} ({deepspeed_bytes(spec.memory_bytes)})", f"{verdict}: {100 * memory.needed() / spec.memory_bytes:.0f}%"))
     return lines
 
 
@@ -200,7 +218,7 @@ def _percent(part: float, whole: float) -> str:
     return f"{round(100 * part / whole, 2) if whole else 0:g}%"
 
 
-def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int, ridge: Optional[float]) -> list[str]:
+def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int, ridge: Optional[float], memory: Optional[MemoryEstimate]) -> list[str]:
     total_latency = root.latency.median if root.latency else 0.0
 
     def describe(node: ModuleProfile) -> str:
@@ -221,6 +239,8 @@ def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int
             measured = f" = {node.predicted_to_measured:.2f} x measured" if node.predicted_to_measured is not None else ""
             bound = f" ({node.bound(ridge)}-bound)" if node.bound(ridge) else ""
             items.append(f"{deepspeed_seconds(node.predicted_s)} predicted{measured}, {node.intensity or 0:.3g} flops/byte{bound}")
+        if memory is not None and node.name in memory.modules:
+            items.append(f"{deepspeed_bytes(memory.modules[node.name].total)} memory")
         if node.extra_repr:
             items.append(node.extra_repr)
         return ", ".join(items)
@@ -238,7 +258,8 @@ def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int
         DETAILED_TITLE,
         "Each module profile is listed after its name in the following order: ",
         "params, percentage of total params, MACs, percentage of total MACs, fwd latency, percentage of total fwd latency, fwd FLOPS"
-        + (", MFU" if peak_flops else ""),
+        + (", MFU" if peak_flops else "")
+        + (", memory (estimated: parameters, buffers, gradients, optimizer state and saved activations, submodules included)" if memory is not None else ""),
         "",
         "Note: 1. A module can have torch.nn.module or torch.nn.functional to compute logits (e.g. CrossEntropyLoss). "
         "They are not counted as submodules, thus not to be printed out. However they make up the difference between "
@@ -256,12 +277,15 @@ def format_model_profile(
     module_depth: int = -1,
     top_modules: int = 1,
     detailed: bool = True,
+    memory: Optional[MemoryEstimate] = None,
 ) -> str:
     """The profile as DeepSpeed prints it; ``module_depth`` (-1: all) and ``top_modules`` choose
-    the aggregated profile's depths and modules, as there; the detailed tree is the whole model."""
-    lines = _summary_lines(profile.summary, profile.step, profile.convention) + _generation_lines(profile) + _cluster_lines(profile)
+    the aggregated profile's depths and modules, as there; the detailed tree is the whole model.
+    With ``memory`` (:func:`jitflops.memory_footprint` of the same model), the summary gives its
+    peak and the tree each module's memory."""
+    lines = _summary_lines(profile.summary, profile.step, profile.convention) + _memory_lines(memory, profile.summary) + _generation_lines(profile) + _cluster_lines(profile)
     lines += ["", AGGREGATED_TITLE, format_aggregated_profile(profile.root, module_depth, top_modules)]
     if detailed:
-        lines += _detailed_lines(profile.root, profile.tree_peak_flops, len(profile.ranks), profile.summary.ridge)
+        lines += _detailed_lines(profile.root, profile.tree_peak_flops, len(profile.ranks), profile.summary.ridge, memory)
     lines.append(_END)
     return "\n".join(lines)

@@ -42,6 +42,7 @@ from .file_output import write_text
 from .flops_profiler_config import FlopsProfilerConfig
 from .formatting import deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
 from .hierarchy import ModuleProfile, build_hierarchy, combined_trees, remove_module_types
+from .memory_estimate import MemoryEstimate
 from .counting import module_aliases
 from .model_io import ModelCall
 from .model_profile import ModelProfile, ParallelSizes, ProfileSummary, profile_convention
@@ -358,9 +359,10 @@ class FlopsProfiler:
         seconds = self._latency_totals().get("", LatencyStats((0.0,))).median
         return deepspeed_seconds(seconds) if as_string else seconds
 
-    def _print(self, profile: ModelProfile, module_depth: int = -1, top_modules: int = 1, detailed: bool = True, output_file: Optional[str] = None) -> None:
+    def _print(self, profile: ModelProfile, module_depth: int = -1, top_modules: int = 1, detailed: bool = True, output_file: Optional[str] = None,
+               memory: Optional[MemoryEstimate] = None) -> None:
         self.flops, self.macs, self.params = profile.summary.flops, profile.summary.macs, profile.summary.params
-        text = format_model_profile(profile, module_depth=module_depth, top_modules=top_modules, detailed=detailed)
+        text = format_model_profile(profile, module_depth=module_depth, top_modules=top_modules, detailed=detailed, memory=memory)
         if not is_writer():
             return
         if output_file:
@@ -375,13 +377,15 @@ class FlopsProfiler:
         top_modules: int = 1,
         detailed: bool = True,
         output_file: Optional[str] = None,
+        memory: Optional[MemoryEstimate] = None,
     ) -> None:
         """DeepSpeed's printout of the profile; between :meth:`start_profile` and
-        :meth:`end_profile` only, as DeepSpeed's."""
+        :meth:`end_profile` only, as DeepSpeed's. ``memory``: a :func:`jitflops.memory_footprint`
+        of the model, printed with it (its peak in the summary, each module's in the tree)."""
         if not self.started:
             logger.warning("print_model_profile() outside a profile: call it after start_profile() and before end_profile()")
             return
-        self._print(self.profile(profile_step), module_depth, top_modules, detailed, output_file)
+        self._print(self.profile(profile_step), module_depth, top_modules, detailed, output_file, memory)
 
     def print_model_aggregated_profile(self, module_depth: int = -1, top_modules: int = 1) -> None:
         """The top modules by params, MACs and latency at each depth."""

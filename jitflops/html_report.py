@@ -10,7 +10,10 @@
 * a roofline: each timed module by arithmetic intensity (FLOPs per byte its ops read and write:
   :class:`~jitflops.ByteCountAnalysis`) against achieved FLOP/s, under the roofs of the peak FLOP/s
   and the memory bandwidth; the details panel shows the module's bytes, intensity, and where the
-  profile predicted it, its predicted time beside the measured one.
+  profile predicted it, its predicted time beside the measured one;
+* with a memory estimate (:func:`jitflops.memory_footprint`): a memory metric for the icicle (each
+  module's parameters, buffers, gradients, optimizer state and saved activations), a bar of what
+  was alive at the peak, whether it fits, and each module's bytes per category in its details.
 
 The page carries the profile's JSON document (:func:`jitflops.export.profile_to_dict`) and draws it
 with a small script. Importing this module gives profiles and analyses a ``_repr_html_`` (the
@@ -20,6 +23,7 @@ attaches itself (``jitflops`` imports it).
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import uuid
@@ -27,7 +31,10 @@ from typing import Any, Optional
 
 from .export import profile_to_dict
 from .file_output import write_text
+from .devices import DeviceSpec
 from .jit_analysis import JitModelAnalysis
+from .memory_estimate import CATEGORIES, MemoryEstimate
+from .memory_report import format_bytes
 from .model_profile import ModelProfile
 from .peak_flops import memory_bandwidth as peak_memory_bandwidth
 
@@ -42,6 +49,9 @@ METRICS = {
     "comm_bytes": "communication (bytes)",
     "bytes": "bytes read and written",
 }
+MEMORY_METRIC = {"memory": "memory (bytes, estimated)"}
+_MEMORY_COLOURS = {"parameters": "#1a5fb4", "buffers": "#62a0ea", "inputs": "#98c1d9", "gradients": "#e66100",
+                   "optimizer_state": "#c64600", "saved_activations": "#26a269", "outputs": "#8ff0a4", "temporaries": "#9a9996"}
 
 _STYLE = """
 .jf{font-family:system-ui,sans-serif;font-size:13px;color:#222;max-width:1280px}
@@ -62,6 +72,8 @@ _STYLE = """
 .jf .ramp{width:160px;height:12px;background:linear-gradient(to right,rgb(255,245,200),rgb(200,30,30))}
 .jf .swatch{width:14px;height:12px;display:inline-block;background:repeating-linear-gradient(45deg,#ddd 0 3px,#bbb 3px 6px)}
 .jf .note{color:#555;margin:6px 0}
+.jf .membar{display:flex;width:900px;height:16px;border:1px solid #999;margin:4px 0}
+.jf .membar div{height:100%}
 """
 
 _SCRIPT = r"""
@@ -71,8 +83,9 @@ _SCRIPT = r"""
   mods.forEach(m => { byName[m.name] = m; m.children = []; });
   mods.forEach(m => { if (m.name !== "") { const parent = m.name.includes(".") ? m.name.slice(0, m.name.lastIndexOf(".")) : ""; (byName[parent] || byName[""]).children.push(m); } });
   const labels = data.metrics;
-  const units = {flops: "", macs: "", params: "", latency: "s", activations: "", flops_per_second: "FLOP/s", mfu: "", comm_bytes: "B", bytes: "B"};
+  const units = {flops: "", macs: "", params: "", latency: "s", activations: "", flops_per_second: "FLOP/s", mfu: "", comm_bytes: "B", bytes: "B", memory: "B"};
   function value(m, metric){
+    if (metric === "memory") return m.memory ? m.memory.total : null;
     if (metric === "latency") return m.latency ? m.latency.median_s : null;
     if (metric === "mfu") return m.mfu;
     if (metric === "flops_per_second") return m.flops_per_second;
@@ -83,6 +96,10 @@ _SCRIPT = r"""
     if (metric === "mfu") return (100 * v).toFixed(2) + "%";
     if (metric === "latency") return v >= 1 ? v.toFixed(3) + " s" : v >= 1e-3 ? (v * 1e3).toFixed(3) + " ms" : (v * 1e6).toFixed(1) + " us";
     const a = Math.abs(v);
+    if (metric === "memory") {  // binary units, as the text report and device memory sizes
+      for (const [s, d] of [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) if (a >= d) return (v / d).toFixed(2) + " " + s;
+      return v + " B";
+    }
     for (const [s, d] of [["T", 1e12], ["G", 1e9], ["M", 1e6], ["K", 1e3]]) if (a >= d) return (v / d).toFixed(2) + " " + s + (units[metric] || "");
     return (Number.isInteger(v) ? v.toLocaleString("en") : v.toPrecision(3)) + (units[metric] ? " " + units[metric] : "");
   }
@@ -172,6 +189,7 @@ _SCRIPT = r"""
     if (m.intensity) rows.push(["arithmetic intensity", m.intensity.toFixed(2) + " FLOP/byte"]);
     if (m.predicted_s != null) rows.push(["predicted (roofline)", fmt(m.predicted_s, "latency") + (m.predicted_to_measured ? ", " + m.predicted_to_measured.toFixed(2) + " x measured" : "")]);
     ["latency", "flops_per_second", "mfu"].forEach(k => rows.push([labels[k], fmt(value(m, k), k)]));
+    if (m.memory) Object.entries(m.memory).forEach(e => { if (e[0] !== "name" && e[1]) rows.push(["memory: " + e[0].replace("_", " "), fmt(e[1], "memory")]); });
     const ops = Object.entries(m.macs_by_op).concat(Object.entries(m.elementwise_flops_by_op)).sort((a, b) => b[1] - a[1]).slice(0, 5);
     let text = "<b>" + (m.name || "model") + "</b><table>" + rows.map(r => "<tr><td>" + r[0] + '</td><td class="v">' + String(r[1]).replace(/</g, "&lt;") + "</td></tr>").join("") + "</table>";
     text += "<p><b>top ops</b> (MACs; elementwise: flops)</p><table class='ops'>" + (ops.length ? ops.map(o => "<tr><td>" + o[0] + '</td><td class="v">' + fmt(o[1], "macs") + "</td></tr>").join("") : "<tr><td>none counted</td></tr>") + "</table>";
@@ -200,7 +218,14 @@ _SCRIPT = r"""
     view.setAttribute("viewBox", "0 0 " + w + " " + h);
     view.innerHTML = s;
   }
+  function memoryBar(){
+    const peak = data.memory_peak;
+    if (!peak) return;
+    $(".membar").innerHTML = Object.entries(peak.at_peak).filter(e => e[1] > 0).map(e =>
+      '<div class="mem-' + e[0] + '" style="width:' + (100 * e[1] / peak.bytes).toFixed(3) + '%;background:' + data.memory_colours[e[0]] + '" title="' + e[0].replace("_", " ") + ": " + fmt(e[1], "memory") + '"></div>').join("");
+  }
   function render(){ draw(); crumbs(); details(); }
+  memoryBar();
   $(".metric").value = metric;
   $(".metric").addEventListener("change", (e) => { metric = e.target.value; render(); });
   $(".view").addEventListener("change", (e) => {
@@ -213,31 +238,60 @@ _SCRIPT = r"""
 """
 
 
-def _page_data(profile: ModelProfile, root_id: str, memory_bandwidth: Optional[float]) -> dict[str, Any]:
+def _memory_data(memory: MemoryEstimate, modules: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each module's memory by category into its JSON entry; the peak and its breakdown for the bar."""
+    for entry in modules:
+        found = memory.modules.get(entry["name"])
+        entry["memory"] = None if found is None else {**dataclasses.asdict(found), "total": found.total}
+    return {"bytes": memory.peak, "phase": memory.peak_phase, "at_peak": {name: memory.at_peak.get(name, 0) for name in CATEGORIES}}
+
+
+def _page_data(profile: ModelProfile, root_id: str, memory_bandwidth: Optional[float], memory: Optional[MemoryEstimate]) -> dict[str, Any]:
     document = profile_to_dict(profile)
     timed = profile.summary.forward is not None
     return {
         "id": root_id,
         "modules": document["modules"],
-        "metrics": METRICS,
+        "metrics": {**METRICS, **(MEMORY_METRIC if memory is not None else {})},
         "default_metric": "latency" if timed else "flops",
         "peak_flops": profile.tree_peak_flops,
         "memory_bandwidth": memory_bandwidth,
+        "memory_peak": _memory_data(memory, document["modules"]) if memory is not None else None,
+        "memory_colours": _MEMORY_COLOURS,
     }
 
 
-def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = None, fragment: bool = False) -> str:
+def _memory_note(memory: Optional[MemoryEstimate], device: Optional[DeviceSpec]) -> str:
+    """The estimate's peak, what was alive at it (the bar's legend) and, on a device with a memory size, whether it fits."""
+    if memory is None:
+        return ""
+    what = f"a training step ({html.escape(memory.optimizer or '')})" if memory.mode == "training" else "inference"
+    legend = " ".join(
+        f'<span style="color:{_MEMORY_COLOURS[name]}">&#9632;</span> {name.replace("_", " ")} {html.escape(format_bytes(memory.at_peak[name]))}'
+        for name in CATEGORIES if memory.at_peak.get(name)
+    )
+    fits = ""
+    if device is not None and device.memory_bytes:
+        fits = f"; {'fits' if memory.fits(device) else 'does NOT fit'} on {html.escape(device.name)} ({memory.needed() / device.memory_bytes:.0%} of {html.escape(format_bytes(device.memory_bytes))})"
+    return (f'<div class="note memory-note">Memory of {what}, estimated on fake tensors: peak {html.escape(format_bytes(memory.peak))} '
+            f"in the {html.escape(memory.peak_phase)}{fits}. At the peak: {legend}</div><div class=\"membar\"></div>")
+
+
+def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = None, fragment: bool = False,
+                    memory: Optional[MemoryEstimate] = None) -> str:
     """The report as a page (or, with ``fragment``, as an element for a notebook cell).
 
     ``memory_bandwidth`` (bytes/s) sets the roofline's slanted roof; by default it is measured on
     the profile's device (:func:`jitflops.peak_flops.memory_bandwidth`) when modules were timed.
+    ``memory``: a :func:`jitflops.memory_footprint` of the same model, shown with the counts.
     """
     summary = profile.summary
     if memory_bandwidth is None and summary.forward is not None:
         memory_bandwidth = peak_memory_bandwidth(summary.device)
     root_id = f"jitflops-{uuid.uuid4().hex[:8]}"
-    data = json.dumps(_page_data(profile, root_id, memory_bandwidth)).replace("</", "<\\/")
-    options = "".join(f'<option value="{key}">{html.escape(label)}</option>' for key, label in METRICS.items())
+    page = _page_data(profile, root_id, memory_bandwidth, memory)
+    data = json.dumps(page).replace("</", "<\\/")
+    options = "".join(f'<option value="{key}">{html.escape(label)}</option>' for key, label in page["metrics"].items())
     masked = f"; attention masks discard {summary.masked_out_macs:,} of those MACs (the mask-aware count)" if summary.masked_out_macs else ""
     communication = masked + "".join(
         f"; {html.escape(totals.name)}: {totals.calls} calls, {totals.bytes:,} bytes (bus {totals.bus_bytes:,.0f}) over {'/'.join(map(str, totals.group_sizes))} ranks"
@@ -251,6 +305,7 @@ def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = N
         f'<div class="jf" id="{root_id}"><style>{_STYLE}</style>'
         f"<h2>{html.escape(profile.root.type_name)}: {summary.macs:,} MACs, {summary.flops:,} FLOPs, {summary.params:,} params</h2>"
         f'<div class="note">{timing}. Counted by {html.escape(summary.front_end)}{communication}. Counting convention: {html.escape(profile.convention)}.</div>'
+        + _memory_note(memory, summary.prediction_device) +
         '<div class="bar"><label>metric <select class="metric">' + options + "</select></label>"
         '<label>view <select class="view"><option value="tree">module tree</option><option value="roofline">roofline</option></select></label>'
         '<span class="legend"><span class="legend-label"></span><span class="ramp"></span><span class="swatch"></span> not called / no value</span></div>'
@@ -264,8 +319,8 @@ def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = N
     return f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>jitflops: {html.escape(profile.root.type_name)}</title></head><body>{body}</body></html>"
 
 
-def write_html(profile: ModelProfile, path: str, memory_bandwidth: Optional[float] = None) -> None:
-    write_text(path, profile_to_html(profile, memory_bandwidth))
+def write_html(profile: ModelProfile, path: str, memory_bandwidth: Optional[float] = None, memory: Optional[MemoryEstimate] = None) -> None:
+    write_text(path, profile_to_html(profile, memory_bandwidth, memory=memory))
 
 
 def _profile_cell(profile: ModelProfile) -> str:

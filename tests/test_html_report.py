@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from jitflops import FlopCountAnalysis, profile_model, write_html
+from jitflops import FlopCountAnalysis, memory_footprint, profile_model, write_html
 from jitflops.examples import TinyTransformer
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -150,3 +150,31 @@ def test_an_untimed_report_says_so_in_the_roofline(browser, tmp_path):
     browser.get(path.as_uri())
     Select(browser.find_element(By.CSS_SELECTOR, "select.view")).select_by_value("roofline")
     assert "No module was timed" in browser.find_element(By.CSS_SELECTOR, ".roof-note").text
+
+
+def test_the_memory_view_sizes_boxes_by_estimated_bytes_and_shows_the_peak(browser, tmp_path):
+    module = WithUnused().eval()
+    estimate = memory_footprint(module, (IDS,), train="adamw")
+    path = Path(tmp_path) / "memory.html"
+    write_html(profile_model(module, IDS, timed=False), str(path), memory=estimate)
+    browser.get(path.as_uri())
+    note = browser.find_element(By.CSS_SELECTOR, ".memory-note").text
+    assert "training step (adamw)" in note and "in the optimizer" in note
+    segments = browser.find_elements(By.CSS_SELECTOR, ".membar div")
+    widths = {s.get_attribute("class").removeprefix("mem-"): s.size["width"] for s in segments}
+    params = sum(p.numel() for p in module.parameters())
+    unused = set(module.unused.parameters())  # never called: no gradient, no state
+    trained = params - sum(p.numel() for p in unused)
+    steps = sum(1 for p in module.parameters() if p not in unused)
+    assert estimate.at_peak["parameters"] == 4 * params and estimate.at_peak["gradients"] == 4 * trained  # fp32
+    assert estimate.at_peak["optimizer_state"] == 8 * trained + 4 * steps  # AdamW: exp_avg, exp_avg_sq, a float32 step per tensor
+    assert widths["optimizer_state"] / widths["gradients"] == pytest.approx(2, rel=0.02)
+    Select(browser.find_element(By.CSS_SELECTOR, "select.metric")).select_by_value("memory")
+    body = estimate.modules["body"]
+    embed, head = estimate.modules["body.embed"], estimate.modules["body.head"]
+    assert embed.total == 4 * embed.parameters + 4  # weight, gradient, 2 states and a step; it saves only the ids, an input
+    assert _width(browser, "body.embed") / _width(browser, "body.head") == pytest.approx(embed.total / head.total, rel=0.02)
+    _box(browser, "body").click()
+    details = browser.find_element(By.CSS_SELECTOR, ".details").text
+    assert "memory: optimizer state" in details and "memory: saved activations" in details
+    assert f"{body.total / 2**20:.2f} MiB" in _box(browser, "body").find_element(By.TAG_NAME, "title").get_attribute("textContent")

@@ -12,6 +12,8 @@ from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
 
 from jitflops import largest_fitting, memory_footprint, memory_summary, memory_table
+from jitflops.flops_profiler import FlopsProfiler
+from jitflops.formatting import deepspeed_bytes, deepspeed_params
 from jitflops.cli import main
 from jitflops.devices import DeviceSpecError
 from jitflops.errors import TraceError
@@ -239,3 +241,29 @@ def test_the_table_and_the_cli(capsys):
     assert "known: sgd, sgd-momentum, adam, adamw" in capsys.readouterr().err
     assert main(["--example", "convnet", "--fit", "batch"]) == 2
     assert "--fit needs a device with a memory size" in capsys.readouterr().err
+
+
+def test_the_deepspeed_printout_gives_the_peak_and_each_modules_memory(capsys):
+    model, x = _mlp()
+    estimate = memory_footprint(model, x, train="adamw")
+    parameters = (256 * 1024 + 1024 + 1024 * 256 + 256) * FP32
+    profiler = FlopsProfiler(model)
+    profiler.start_profile()
+    model(x)
+    profiler.print_model_profile(memory=estimate)
+    profiler.end_profile()
+    out = capsys.readouterr().out
+    assert _printed(out, "memory peak per GPU (estimated: training step, adamw; in the optimizer)") == deepspeed_bytes(estimate.peak)
+    assert _printed(out, "memory at peak: parameters") == _printed(out, "memory at peak: gradients") == deepspeed_bytes(parameters) == "2.1 MB"
+    assert _printed(out, "memory at peak: optimizer state") == deepspeed_bytes(2 * parameters + 4 * FP32)
+    linear = 256 * 1024 + 1024
+    assert f"(0): Linear({deepspeed_params(linear)} = " in out and f"{deepspeed_bytes(4 * linear * FP32 + 2 * FP32)} memory" in out  # weight, grad, 2 states, 2 steps
+    assert f"{deepspeed_bytes(64 * 1024 * FP32)} memory" in out  # the ReLU: its saved output only
+    code = main(["--example", "convnet", "--profile", "--train", "sgd", "--device", "cpu", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "memory peak per GPU (estimated: training step, sgd" in out and "Memory of a training step" not in out  # the printout says it, once
+
+
+def _printed(out: str, label: str) -> str:
+    """The value DeepSpeed's printout gives after ``label: ``."""
+    return next(line[len(label) + 1:].strip() for line in out.splitlines() if line.startswith(label + ":"))
