@@ -308,6 +308,7 @@ def make_parser() -> argparse.ArgumentParser:
     memory.add_argument("--autocast", choices=["bfloat16", "float16"], help="the forward under autocast to this dtype")
     memory.add_argument("--master-weights", action="store_true", help="with --train: float32 master copies of the (--dtype) weights, stepped by the optimizer")
     memory.add_argument("--fsdp", type=int, metavar="RANKS", help="with --train: one rank's memory when FSDP2 shards the model over RANKS ranks")
+    memory.add_argument("--tp", type=int, metavar="RANKS", help="one rank's memory when tensor parallelism (the transformers model's own plan) shards it over RANKS ranks")
     memory.add_argument("--kv-cache", type=int, metavar="LENGTH", help="inference: the KV cache grown to LENGTH tokens")
     memory.add_argument("--fit", choices=["batch", "length"], help="the largest batch size (first dimension) or length (second) of the inputs that fits on --device")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -343,7 +344,7 @@ def run(args: argparse.Namespace) -> str:
     if is_device_name(args.device) or args.device.endswith(".json"):  # a device to predict for: counted on meta
         prediction, args.device = device_spec(args.device), "meta"
     _check_options(args)
-    args.memory = args.memory or any((args.train, args.checkpointing, args.autocast, args.master_weights, args.fsdp, args.kv_cache, args.fit))
+    args.memory = args.memory or any((args.train, args.checkpointing, args.autocast, args.master_weights, args.fsdp, args.tp, args.kv_cache, args.fit))
     if args.fit and (prediction is None or prediction.memory_bytes is None):  # before the analysis spends any time
         raise UsageError("--fit needs a device with a memory size: --device h100, a100-80gb, ... (the device table)")
     if args.trace and not args.profile:
@@ -415,7 +416,7 @@ def _memory(args: argparse.Namespace, model: nn.Module, positional: tuple[Any, .
             device: Optional[DeviceSpec]) -> tuple[MemoryEstimate, Optional[int]]:
     """The memory estimate the options ask for; with ``--fit``, the largest size that fits and its estimate."""
     options: dict[str, Any] = dict(
-        train=args.train, checkpointing=args.checkpointing, master_weights=args.master_weights, fsdp=args.fsdp,
+        train=args.train, checkpointing=args.checkpointing, master_weights=args.master_weights, fsdp=args.fsdp, tensor_parallel=args.tp,
         autocast=DTYPES[args.autocast] if args.autocast else None, device=device, kv_cache_length=args.kv_cache,
     )
     if not args.fit:

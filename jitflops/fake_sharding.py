@@ -1,24 +1,28 @@
-"""FSDP2 on one process: a fake process group of ``world_size`` ranks, and ``fully_shard`` applied to
-a model's copy the way training scripts do (each repeated block, then the root).
+"""FSDP2 and tensor parallelism on one process: a fake process group of ``world_size`` ranks, and
+``fully_shard`` applied to a model's copy the way training scripts do (each repeated block, then
+the root), or ``parallelize_module`` with a tensor-parallel plan (the model's own, transformers'
+``base_model_tp_plan``, or one given).
 
 torch's fake process group (``torch.testing._internal.distributed.fake_pg``, which
 ``FSDPMemTracker``'s own tests use) completes every collective at once without moving data, so a
 copy of the model on fake tensors runs as rank 0 of ``world_size`` would: its parameters, gradients
 and optimizer state are shards, and each block's parameters are all-gathered for its forward and
-backward and freed after, as FSDP2 frees them.
+backward and freed after, as FSDP2 frees them; under tensor parallelism its weights and the
+activations between a column-wise and a row-wise layer are rank 0's shards.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import torch.distributed as dist
 from torch import nn
 
 
 class ShardingError(RuntimeError):
-    """A sharded estimate that cannot run here: a process group exists, or no block to shard was found."""
+    """A sharded estimate that cannot run here: a process group exists, no block to shard was found,
+    or a tensor-parallel plan names a style torch has no ``ParallelStyle`` for."""
 
 
 @contextmanager
@@ -67,3 +71,48 @@ def shard_like_fsdp2(model: nn.Module, mesh: "dist.DeviceMesh", unit_types: Opti
     for unit in sharding_units(model, unit_types):
         fully_shard(unit, mesh=mesh)
     fully_shard(model, mesh=mesh)
+
+
+TensorParallelPlan = Mapping[str, Union[str, Any]]
+"""Module names (``*`` matching any one name, as ``parallelize_module`` reads them) to a torch
+``ParallelStyle`` or the name of one (:func:`parallel_styles`)."""
+
+
+def parallel_styles() -> dict[str, Any]:
+    """The style names of transformers' tensor-parallel plans that torch's Megatron styles are:
+    a vocabulary-parallel embedding, or a row-wise layer splitting a whole input, is
+    ``RowwiseParallel`` of a replicated input (as torchtitan's embedding); a replicated module
+    (whose gradient is all-reduced) is left as it is: None. Its memory is the same."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {"colwise": ColwiseParallel(), "rowwise": RowwiseParallel(), "colwise_gather_output": ColwiseParallel(output_layouts=Replicate()),
+            "embedding_rowwise": RowwiseParallel(input_layouts=Replicate()), "rowwise_split_input": RowwiseParallel(input_layouts=Replicate()),
+            "replicated_with_grad_allreduce": None}
+
+
+def tensor_parallel_plan(model: nn.Module, plan: Optional[TensorParallelPlan] = None) -> dict[str, Any]:
+    """The plan for ``parallelize_module`` on ``model``, styles resolved: ``plan``, or the transformers
+    model's own (the ``_tp_plan`` it builds from its config's ``base_model_tp_plan`` and its head's)."""
+    if plan is None:
+        plan = getattr(model, "_tp_plan", None) or {}
+        base = getattr(model, "base_model", model)
+        if not plan and base is not model:
+            prefix = getattr(model, "base_model_prefix", "")
+            plan = {f"{prefix}.{name}": style for name, style in (getattr(model.config, "base_model_tp_plan", None) or {}).items()}
+        if not plan:
+            raise ShardingError(f"{type(model).__name__} has no tensor-parallel plan (a transformers model's _tp_plan): give tp_plan={{name: style}}")
+    styles = parallel_styles()
+    unknown = sorted({style for style in plan.values() if isinstance(style, str) and style not in styles})
+    if unknown:
+        raise ShardingError(f"{type(model).__name__}'s tensor-parallel plan uses {', '.join(unknown)}, which torch has no ParallelStyle for "
+                            f"(known: {', '.join(styles)}): give tp_plan={{name: ParallelStyle}}")
+    resolved = {name: styles[style] if isinstance(style, str) else style for name, style in plan.items()}
+    return {name: style for name, style in resolved.items() if style is not None}
+
+
+def shard_like_tensor_parallel(model: nn.Module, mesh: "dist.DeviceMesh", plan: Optional[TensorParallelPlan] = None) -> None:
+    """``parallelize_module`` on ``model`` with its plan (:func:`tensor_parallel_plan`)."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    parallelize_module(model, mesh, tensor_parallel_plan(model, plan))

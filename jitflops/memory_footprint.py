@@ -25,6 +25,7 @@ from torch.utils import _pytree as pytree
 from .devices import DeviceSpec, device_spec
 from .dispatch_trace import default_backward
 from .errors import TraceError
+from .fake_sharding import TensorParallelPlan, fake_process_group, shard_like_fsdp2, shard_like_tensor_parallel
 from .memory_estimate import (
     KVCache, MemoryEstimate, bytes_by_category, module_memory, peak_of, phase_at, unseen_saved,
 )
@@ -96,6 +97,8 @@ def memory_footprint(
     checkpointing: bool = False,
     fsdp: Optional[int] = None,
     fsdp_units: Optional[Sequence[type]] = None,
+    tensor_parallel: Optional[int] = None,
+    tp_plan: Optional[TensorParallelPlan] = None,
     device: Union[None, str, DeviceSpec] = None,
     kv_cache_length: Optional[int] = None,
 ) -> MemoryEstimate:
@@ -114,6 +117,10 @@ def memory_footprint(
     - ``fsdp``: the ranks FSDP2 shards over (one rank's memory is estimated, ``inputs`` being its
       own batch); ``fsdp_units``: the block classes to shard (default: the model's
       ``_no_split_modules``).
+    - ``tensor_parallel``: the ranks tensor parallelism shards over (one rank's memory; the inputs
+      are every rank's); ``tp_plan``: module names to torch ``ParallelStyle`` s or ``"colwise"``,
+      ``"rowwise"``, ``"colwise_gather_output"`` (default: a transformers model's own plan).
+      Not together with ``fsdp``: torch's 2-D mesh does not build on fake tensors.
     - ``device``: the device the step would run on (a name of the device table or a spec): a GPU
       rounds allocations as the CUDA caching allocator does and steps torch's optimizers with their
       multi-tensor (``foreach``) implementation, as torch does by default there.
@@ -127,18 +134,18 @@ def memory_footprint(
         raise ValueError(f"{type(model).__name__} has no activation_checkpointing_enable() or gradient_checkpointing_enable(): wrap its blocks in torch.utils.checkpoint instead of checkpointing=True")
     if checkpointing and train is None:
         raise ValueError("checkpointing=True applies to training: give train=<optimizer>")
+    if fsdp is not None and tensor_parallel is not None:
+        raise ValueError("fsdp with tensor_parallel (a 2-D mesh) cannot be estimated: torch's 2-D mesh does not build on fake tensors; give one of them")
     if kv_cache_length is not None and train is not None:
         raise ValueError("kv_cache_length applies to inference (generation): leave train unset")
     call = ModelCall.from_user(inputs, kwargs)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     twin, fake_call, _ = empty_copy(model, call, "cpu", fake_mode)
     settings = {"dtype": dtype, "autocast": autocast, "master_weights": master_weights, "checkpointing": checkpointing, "fsdp": fsdp,
-                "device": spec.name if spec else None, "batch": _batch(call)}
+                "tensor_parallel": tensor_parallel, "device": spec.name if spec else None, "batch": _batch(call)}
     with ExitStack() as stack:
-        if fsdp is not None:
-            from .fake_sharding import fake_process_group, shard_like_fsdp2
-
-            mesh = stack.enter_context(fake_process_group(fsdp))
+        if fsdp is not None or tensor_parallel is not None:
+            mesh = stack.enter_context(fake_process_group(fsdp or tensor_parallel))
         stack.enter_context(fake_mode)
         if dtype is not None:
             _cast_weights(twin, dtype)
@@ -148,6 +155,8 @@ def memory_footprint(
             getattr(twin, _checkpointing_switch(twin))()
         if fsdp is not None:
             shard_like_fsdp2(twin, mesh, fsdp_units)
+        if tensor_parallel is not None:
+            shard_like_tensor_parallel(twin, mesh, tp_plan)
         step = _Step(twin, fake_call, rounding)
         try:
             output = _run(step, factory, autocast, master_weights)

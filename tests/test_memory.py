@@ -4,10 +4,14 @@ in inference, AdamW and checkpointing, and FSDP2 on 2 gloo ranks."""
 
 from __future__ import annotations
 
+import json
 import math
+import socket
+from pathlib import Path
 
 import pytest
 import torch
+import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -17,6 +21,7 @@ from jitflops.formatting import deepspeed_bytes, deepspeed_params
 from jitflops.cli import main
 from jitflops.devices import DeviceSpecError
 from jitflops.errors import TraceError
+from jitflops.fake_sharding import ShardingError, shard_like_tensor_parallel
 from jitflops.optimizers import UnknownOptimizerError
 
 transformers = pytest.importorskip("transformers")
@@ -267,3 +272,67 @@ def test_the_deepspeed_printout_gives_the_peak_and_each_modules_memory(capsys):
 def _printed(out: str, label: str) -> str:
     """The value DeepSpeed's printout gives after ``label: ``."""
     return next(line[len(label) + 1:].strip() for line in out.splitlines() if line.startswith(label + ":"))
+
+
+def _tensor_parallel_rank(rank: int, world: int, port: int, folder: str, estimates: dict[str, int]) -> None:
+    """One gloo rank of a real tensor-parallel Llama (its own plan): MemTracker's least peak of 3 steady steps."""
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (world,))
+        peaks = {}
+        for mode in estimates:
+            model = _llama()
+            shard_like_tensor_parallel(model, mesh)
+            ids = torch.randint(0, 1000, (2, 64), generator=torch.Generator().manual_seed(0))
+            optimizer = torch.optim.AdamW(model.parameters()) if mode == "adamw" else None
+            model.train(optimizer is not None)
+
+            def step() -> None:
+                with torch.set_grad_enabled(optimizer is not None):
+                    output = model(input_ids=ids, labels=ids)
+                if optimizer is not None:
+                    output.loss.backward()
+                    del output
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                else:
+                    del output
+            step()
+            step()
+            # gloo's thread may hold a collective's buffer a little longer: the least of 3 steps
+            peaks[mode] = min(_memtracker_peak(model, step, optimizer) for _ in range(3)) + 2 * ids.nbytes
+        (Path(folder) / f"rank{rank}.json").write_text(json.dumps(peaks))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_tensor_parallel_shards_per_rank_by_hand_and_on_two_gloo_ranks(tmp_path):
+    model = _llama()
+    ids = torch.randint(0, 1000, (2, 64))
+    inputs = {"input_ids": ids, "labels": ids}
+    whole = memory_footprint(model, inputs, train="adamw")
+    estimates = {mode: memory_footprint(model, inputs, train=train, tensor_parallel=2) for mode, train in (("inference", None), ("adamw", "adamw"))}
+    sharded = estimates["adamw"]
+    norms = sum(p.numel() for name, p in model.named_parameters() if "norm" in name)  # replicated; every other weight is split in 2
+    assert sharded.model.parameters == FP32 * ((sum(p.numel() for p in model.parameters()) - norms) // 2 + norms)
+    # torch's vocabulary-parallel embedding gives its weight a Replicate gradient: the whole table on each rank
+    assert sharded.model.gradients == sharded.model.parameters + FP32 * 1000 * 128 // 2
+    assert sharded.modules["model.embed_tokens"].gradients == FP32 * 1000 * 128
+    assert sharded.modules["model.layers.0.self_attn.q_proj"].parameters == FP32 * 128 * 128 // 2
+    assert sharded.peak < whole.peak and sharded.settings["tensor_parallel"] == 2
+    assert not torch.distributed.is_initialized()
+    mp.spawn(_tensor_parallel_rank, args=(2, _free_port(), str(tmp_path), {mode: e.peak for mode, e in estimates.items()}), nprocs=2, join=True)
+    for rank in range(2):
+        measured = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        for mode, estimate in estimates.items():
+            assert estimate.peak == pytest.approx(measured[mode], rel=0.001), (rank, mode)
+    with pytest.raises(ShardingError, match="GPT2LMHeadModel has no tensor-parallel plan"):
+        memory_footprint(transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100)), ids[:, :8], tensor_parallel=2)
+    with pytest.raises(ValueError, match="fsdp with tensor_parallel"):
+        memory_footprint(model, inputs, train="adamw", fsdp=2, tensor_parallel=2)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
