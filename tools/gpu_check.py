@@ -2,7 +2,9 @@
 
 It calibrates the GPU (``jitflops calibrate``), runs the CUDA tests (the timed pass with CUDA
 events), and for the zoo in bfloat16 and float32 compares the roofline's predicted time, per module
-and in total, with the timed pass, on the calibrated spec and on the datasheet's; it writes one JSON.
+and in total, with the timed pass, on the calibrated spec and on the datasheet's, and the memory
+estimate (inference and an AdamW step, on fake tensors with the GPU's allocator rounding) with
+``torch.cuda.max_memory_allocated`` and ``MemTracker`` of the same steady step; it writes one JSON.
 
 jitflops' own dependencies are pure Python. On a machine without network, carry them as wheels
 from one with it, and install them without dependencies next to the torch already there::
@@ -32,7 +34,9 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from jitflops import profile_model  # noqa: E402
+from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
+
+from jitflops import memory_footprint, profile_model  # noqa: E402
 from jitflops.calibration import calibrate  # noqa: E402
 from jitflops.devices import DeviceSpec, spec_of_gpu  # noqa: E402
 from jitflops.examples import all_examples  # noqa: E402
@@ -72,6 +76,66 @@ def compare(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceS
     return result
 
 
+def _loss(output: Any) -> torch.Tensor:
+    """What the estimate differentiates: the output's ``loss``, else the sum of its floating tensors."""
+    loss = getattr(output, "loss", None)
+    if loss is not None:
+        return loss
+    leaves = [t for t in torch.utils._pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return sum(t.float().sum() for t in leaves)
+
+
+def compare_memory(name: str, device: str, dtype: torch.dtype, spec: Optional[DeviceSpec]) -> list[dict[str, Any]]:
+    """The estimate's peak against the measured one of a steady step: inference (no_grad) and AdamW.
+    Measured by MemTracker (on any device; it does not see what existed before it started, so the
+    model's inputs are added) and, on CUDA, by ``max_memory_allocated`` less what was allocated
+    before the model was made (the cuBLAS workspace and the CUDA context's own)."""
+    rows = []
+    for mode in ("inference", "adamw"):
+        cuda = device.startswith("cuda")
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+            baseline = torch.cuda.memory_allocated(device)
+        model, args, kwargs = all_examples()[name].instantiate("cpu")
+        estimate = memory_footprint(model.to(dtype), _cast(args, "cpu", dtype), _cast(kwargs, "cpu", dtype), train=None if mode == "inference" else "adamw", device=spec)
+        model = model.to(device=device, dtype=dtype)
+        args, kwargs = _cast(args, device, dtype), _cast(kwargs, device, dtype)
+        optimizer = torch.optim.AdamW(model.parameters()) if mode == "adamw" else None
+        model.train(optimizer is not None)
+
+        def step() -> None:
+            with torch.set_grad_enabled(optimizer is not None):
+                output = model(*args, **kwargs)
+            if optimizer is not None:
+                _loss(output).backward()
+                del output
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            else:
+                del output
+        step()  # the optimizer's state, kernels chosen: a steady step next
+        inputs = sum(t.untyped_storage().nbytes() for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+        tracker = MemTracker()
+        tracker.track_external(*([model, optimizer] if optimizer is not None else [model]))
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        with tracker:
+            step()
+        row: dict[str, Any] = {"model": name, "dtype": str(dtype).removeprefix("torch."), "mode": mode, "estimate": estimate.peak,
+                               "memtracker": next(peak["Total"] for where, peak in tracker.get_tracker_snapshot("peak").items()
+                                                  if where.type == torch.device(device).type) + inputs}
+        row["error_vs_memtracker"] = estimate.peak / row["memtracker"] - 1
+        if cuda:
+            torch.cuda.synchronize(device)
+            row["max_memory_allocated"] = torch.cuda.max_memory_allocated(device) - baseline
+            row["error_vs_cuda"] = estimate.peak / row["max_memory_allocated"] - 1
+        rows.append(row)
+        del model, optimizer, args, kwargs, tracker
+    return rows
+
+
 def run_cuda_tests() -> dict[str, Any]:
     started = time.perf_counter()
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-k", "cuda", "tests/test_profile.py", "tests/test_mfu.py"],
@@ -104,11 +168,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         "datasheet": None if datasheet is None else datasheet.name,
         "tests": None if args.no_tests else run_cuda_tests(),
         "models": [compare(name, args.device, DTYPES[dtype], specs, args.repeats) for dtype in args.dtypes for name in args.models],
+        "memory": [row for dtype in args.dtypes for name in args.models for row in compare_memory(name, args.device, DTYPES[dtype], datasheet)],
     }
     Path(args.output).write_text(json.dumps(document, indent=1))
     for row in document["models"]:
         errors = ", ".join(f"{label} {figures['error']:+.0%}" for label, figures in row["specs"].items())
         print(f"{row['model']} {row['dtype']}: measured {row['measured_s'] * 1e3:.2f} ms, predicted: {errors}")
+    for row in document["memory"]:
+        cuda = f", max_memory_allocated {row['max_memory_allocated']:,} B ({row['error_vs_cuda']:+.2%})" if "error_vs_cuda" in row else ""
+        print(f"{row['model']} {row['dtype']} {row['mode']}: estimated {row['estimate']:,} B, MemTracker {row['memtracker']:,} B ({row['error_vs_memtracker']:+.2%}){cuda}")
     return 0 if document["tests"] is None or document["tests"]["returncode"] == 0 else 1
 
 

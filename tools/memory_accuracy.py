@@ -171,6 +171,7 @@ def sharded(kind: str) -> None:
     if dist.get_rank() == 0:
         print(json.dumps(rows, indent=1))
         write({f"{'fsdp2' if kind == 'fsdp' else 'tensor_parallel'}_{world}_ranks": rows})
+    dist.barrier()  # else a rank leaving while rank 0 writes aborts gloo ("terminate called without an active exception")
     dist.destroy_process_group()
 
 
