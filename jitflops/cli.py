@@ -33,6 +33,7 @@ from torch.utils._pytree import tree_map_only
 from . import __version__
 from .calibration import calibrate
 from .devices import DeviceSpec, device_spec, is_device_name
+from .export_trace import load_program, module_of
 from .examples import all_examples
 from .export import ops_to_csv, profile_to_json, spans_to_chrome_trace
 from .html_report import profile_to_html
@@ -273,7 +274,7 @@ def render(args: argparse.Namespace, profile: ModelProfile, memory: Optional[Mem
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jitflops", description="Count a PyTorch model's parameters, FLOPs and activations, and time it.")
-    parser.add_argument("factory", nargs="?", help="MODULE:CALLABLE that builds the model (e.g. transformers:BertModel), or a model's name: a Hugging Face Hub id, a model folder, a config.json, timm/NAME")
+    parser.add_argument("factory", nargs="?", help="MODULE:CALLABLE that builds the model (e.g. transformers:BertModel), or a model's name: a Hugging Face Hub id, a model folder, a config.json, timm/NAME; or a .pt2 file (torch.export.save), counted from its graph")
     parser.add_argument("--task", help="with a transformers model's name: the head, as AutoModelFor<TASK> (causal-lm, sequence-classification, ...; model: the base model); default: the class its config names (architectures[0]), else the base model")
     parser.add_argument("--example", choices=sorted(all_examples()), help="analyse a built-in example model on its own inputs")
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="config class settings (or factory keyword arguments); values are JSON or strings")
@@ -292,7 +293,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sort", default="order", choices=sorted(OP_SORT_KEYS), help="row order for --ops and csv output (memory: ops only)")
     parser.add_argument("--elementwise", action="store_true", help="count elementwise ops, activations and softmax")
     parser.add_argument("--shapes", action="store_true", help="show each module's output shapes in the table or tree")
-    parser.add_argument("--backend", default="jit", choices=["jit", "dispatch"], help="jit: fvcore's trace (default); dispatch: the ops as they run")
+    parser.add_argument("--backend", default="jit", choices=["jit", "dispatch", "export"],
+                        help="jit: fvcore's trace (default); dispatch: the ops as they run; export: the graph torch.export makes (strict=False), read statically")
     parser.add_argument("--backward", action="store_true", help="also measure the backward pass's MACs (runs the dispatch backend)")
     parser.add_argument("--format", default="table", choices=["table", "tree", "json", "csv"])
     parser.add_argument("--output", help="write the report to this file (atomically) instead of stdout")
@@ -336,6 +338,8 @@ def _check_options(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> str:
     if bool(args.factory) == bool(args.example):
         raise UsageError("give a factory (MODULE:CALLABLE), a model's name or --example NAME")
+    if args.factory and args.factory.endswith(".pt2"):
+        return _run_program(args)
     named = bool(args.factory) and looks_like_model_name(args.factory)
     if args.task and not named:
         raise UsageError("--task picks the head of a named transformers model (a Hub id, folder or config.json)")
@@ -399,6 +403,22 @@ def run(args: argparse.Namespace) -> str:
     if named and args.format in ("table", "tree") and not (args.profile and args.format == "table"):  # the DeepSpeed printout and the JSON say it themselves
         report = f"Model: {profile.summary.model_class}, built from {args.factory}\n\n{report}"
     return report
+
+
+def _run_program(args: argparse.Namespace) -> str:
+    """A ``.pt2`` file's count, read from its graph (nothing runs): at the sizes it was exported
+    with, or at those of the inputs given; with ``--formula``-free output as for a model."""
+    memory = any((args.memory, args.train, args.checkpointing, args.autocast, args.master_weights, args.fsdp, args.tp, args.kv_cache, args.fit))
+    if args.profile or args.ops or args.backward or memory or args.html or args.trace:
+        raise UsageError("a .pt2 file is counted from its graph, nothing runs: --profile, --ops, --backward, --html, --trace and the memory options need a model")
+    if args.backend not in ("jit", "export"):
+        raise UsageError("a .pt2 file is read by the export backend: leave --backend out")
+    program = load_program(args.factory)
+    module = module_of(program)
+    positional, keywords = build_inputs(args, module) if (args.input_shape or args.input_ids or args.kwargs) else ((), {})
+    prediction = device_spec(args.device) if args.device and (is_device_name(args.device) or args.device.endswith(".json")) else None
+    profile = profile_model(program, positional, keywords, timed=False, elementwise=args.elementwise, progress=_progress(args.quiet), device=prediction)
+    return render(args, profile)
 
 
 def _with_size(inputs: Any, axis: int, size: int) -> Any:

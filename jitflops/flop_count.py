@@ -13,6 +13,7 @@ from .jit_analysis import JitModelAnalysis, per_operator_in_units
 from .counting import Statistics
 from .dispatch_trace import BackwardFn, record_with_dispatch
 from .errors import IntegerWorkWarning
+from .export_trace import ProgramSource
 from .handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, INTEGER_MAC_FORMULAS, MASKED_ATTENTION_FORMULAS, Handle
 from .integer_count import IntegerOpCountAnalysis
 from .jit_mask_readings import MaskReadingTrace
@@ -42,8 +43,8 @@ class FlopCountAnalysis(JitModelAnalysis):
 
     def __init__(
         self,
-        model: nn.Module,
-        inputs: Any,
+        model: Union[nn.Module, ProgramSource],
+        inputs: Any = None,
         kwargs: Optional[Mapping[str, Any]] = None,
         *,
         elementwise: bool = False,

@@ -26,14 +26,15 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 from .counting import OpCount, Statistics, module_aliases, statistics_of
 from .dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from .errors import JitFallbackWarning, JitflopsError
+from .export_trace import ProgramSource, export_model, is_program_source, module_of, program_of, record_program
 from .handles import COMMUNICATION_FORMULAS, ELEMENTWISE_FLOP_FORMULAS, INTEGER_MAC_FORMULAS, ZERO_COST_OPS, Handle
-from .jit_fallback import USE_DISPATCH, fallback_reason, untraceable_reason
+from .jit_fallback import USE_DISPATCH, fallback_reason, jit_tracer_available, untraceable_reason
 from .model_guard import collector_paused
 from .model_io import ModelCall
 from .op_source import OpSource
 from .process_groups import ranks_may_communicate
 from .records import BACKWARD, FORWARD, RECOMPUTE
-from .symbolic_counts import DimSpec, SymbolicCount, symbolic_count
+from .symbolic_counts import DimSpec, SymbolicCount, dynamic_dims, program_formula, symbolic_count
 from .scoped_trace import TRACER_WARNING_MODES, ScopedTrace, trace_with_scopes, tracing_plan
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ T = TypeVar("T", bound="JitModelAnalysis")
 A = TypeVar("A", bound="JitModelAnalysis")
 
 ANCESTOR_MODES = ("owner", "caller")
-BACKENDS = ("jit", "dispatch")
+BACKENDS = ("jit", "dispatch", "export")
 
 _IGNORED_OPS: set[str] = set(ZERO_COST_OPS | ELEMENTWISE_FLOP_FORMULAS.kinds() | COMMUNICATION_FORMULAS.kinds() | INTEGER_MAC_FORMULAS.kinds())
 """Ops every new analysis ignores (counted as zero, never reported unsupported) unless a handle is set:
@@ -87,8 +88,8 @@ class JitModelAnalysis:
 
     def __init__(
         self,
-        model: nn.Module,
-        inputs: Any,
+        model: Union[nn.Module, ProgramSource],
+        inputs: Any = None,
         kwargs: Optional[Mapping[str, Any]] = None,
         *,
         backend: str = "jit",
@@ -98,9 +99,11 @@ class JitModelAnalysis:
     ) -> None:
         """
         Args:
-            model: the model to analyse. It is traced, never modified.
+            model: the model to analyse. It is traced, never modified. Or an
+                ``ExportedProgram`` or the path of a ``.pt2`` file: read by the export backend.
             inputs: the positional arguments: a tensor, a tuple of arguments (any nesting of
                 tensors, lists, dicts and non-tensor values), or a mapping used as keyword arguments.
+                A program may be given none: it is counted at the sizes it was exported with.
             kwargs: keyword arguments for the forward call.
             backend: ``"jit"`` (default): count from the JIT trace, as fvcore does; where the
                 tracer cannot trace the model (compiled, FSDP2, DTensor or quantized models, a
@@ -108,7 +111,9 @@ class JitModelAnalysis:
                 :class:`~jitflops.errors.JitFallbackWarning` naming the reason (:attr:`counted_by`
                 says which front end counted). ``"dispatch"``: record the aten ops the model runs
                 eagerly; follows data-dependent control flow, any output, ``torch.compile``d models,
-                and the backward pass.
+                and the backward pass. ``"export"``: read the graph ``torch.export`` makes (strict=False)
+                statically, nothing run (:mod:`jitflops.export_trace`). Where torch has no JIT tracer,
+                ``"jit"`` exports, and where export fails, the dispatch backend counts, with a warning.
             backward: with the dispatch backend, also run and count the backward pass: ``True``
                 backpropagates from the sum of the model's floating-point outputs; a callable
                 receives the model's output and runs its own backward. Backward ops are counted
@@ -127,6 +132,15 @@ class JitModelAnalysis:
         """
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self._program: Optional["torch.export.ExportedProgram"] = None
+        if is_program_source(model):
+            if backend == "dispatch":
+                raise ValueError("an exported program is read by backend='export' (the dispatch backend runs a model)")
+            backend, self._program = "export", program_of(model)
+            model = module_of(self._program)
+        elif inputs is None:
+            raise TypeError(f"inputs are required to analyse a {type(model).__name__} (only an exported program may be given none)")
+        self._sized_by_call = inputs is not None
         if backward and backend != "dispatch":
             raise ValueError("counting the backward pass needs backend='dispatch' (a JIT trace holds the forward only)")
         self._model = model
@@ -136,13 +150,14 @@ class JitModelAnalysis:
         self._backward: Optional[BackwardFn] = (default_backward if backward is True else backward) or None
         self._strict = strict
         self._compute = compute
-        self._call = ModelCall.from_user(inputs, kwargs)
+        self._call = ModelCall.from_user(() if inputs is None else inputs, kwargs)
         self._named_modules: dict[str, nn.Module] = dict(model.named_modules(remove_duplicate=False))
         self._aliases = module_aliases(model, self._named_modules)
         self._op_handles: dict[str, Handle] = {}
         self._ignored_ops: set[str] = set(self._default_ignored_ops())
         self._trace: Optional[OpSource] = None
         self._fallback: Optional[str] = None
+        self._counted_by: Optional[str] = None
         self._stats: Optional[Statistics] = None
         self._warnings_emitted = False
         self.unsupported_ops_warnings(True)
@@ -212,8 +227,14 @@ class JitModelAnalysis:
         makes dimension 0 of every input tensor the symbol ``b`` and dimension 1 ``s``; a tuple binds
         several dimensions (``size=(2, 3)``), a mapping per input (``t={"decoder_input_ids": 1}``).
         The model runs once on fake tensors of those symbolic sizes, recorded by the dispatch
-        backend, under this analysis' handles (:mod:`jitflops.symbolic_counts`)."""
-        return symbolic_count(self._model, self._call, self._aliases, self._op_handles, self._ignored_ops, self._ancestor_mode, dims)
+        backend, under this analysis' handles (:mod:`jitflops.symbolic_counts`). With the export
+        backend, the program's own size symbols are read instead, nothing run: a program exported
+        with dynamic shapes needs no ``dims`` (its symbols keep their names where none is given);
+        a model is exported with the named dimensions dynamic."""
+        if self._backend != "export":
+            return symbolic_count(self._model, self._call, self._aliases, self._op_handles, self._ignored_ops, self._ancestor_mode, dims)
+        program, inner = (self._program, "") if self._program is not None else export_model(self._model, self._call, dynamic_dims(self._call, dims))
+        return program_formula(program, self._call if self._sized_by_call else None, self._aliases, self._op_handles, self._ignored_ops, self._ancestor_mode, dims, inner)
 
     def unsupported_ops(self, module_name: str = "") -> typing.Counter[str]:
         """Ops met in ``module_name`` that have no handle and are not known to cost nothing."""
@@ -279,7 +300,7 @@ class JitModelAnalysis:
 
     def _new_like(self: T, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> T:
         """A fresh analysis of this class; subclasses with extra constructor settings override it."""
-        return type(self)(model, inputs, kwargs, **self._front_end_settings())
+        return type(self)(self._subject if model is self._model else model, inputs, kwargs, **self._front_end_settings())
 
     def _front_end_settings(self) -> dict[str, Any]:
         return {"backend": self._backend, "backward": self._backward or False, "strict": self._strict, "compute": self._compute}
@@ -320,7 +341,7 @@ class JitModelAnalysis:
         """An analysis of class ``cls`` (with ``settings``) of this call, counted from this one's
         recording, its warnings left to this one: another statistic of the same run."""
         with _sharing_a_recording():
-            other = cls(self._model, self._inputs, self._kwargs, **settings, **self._front_end_settings())
+            other = cls(self._subject, self._inputs, self._kwargs, **settings, **self._front_end_settings())
         return other.share_trace(self).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
 
     def share_trace(self: T, other: "JitModelAnalysis") -> T:
@@ -328,25 +349,31 @@ class JitModelAnalysis:
         if other._model is not self._model or not other._call.is_same_call(self._call) or other._front_end_settings() != self._front_end_settings():
             raise ValueError("share_trace needs an analysis of the same model and inputs, with the same backend")
         self._trace = other.scoped_trace()
-        self._fallback = other._fallback
+        self._fallback, self._counted_by = other._fallback, other._counted_by
         self._stats = None
         return self
 
     @property
+    def _subject(self) -> Union[nn.Module, "torch.export.ExportedProgram"]:
+        """What was given to analyse: the model, or the exported program (``_model`` is then its modules)."""
+        return self._program if self._program is not None else self._model
+
+    @property
     def backend(self) -> str:
-        """The front end asked for: ``"jit"`` or ``"dispatch"`` (:attr:`counted_by` is the one that counted)."""
+        """The front end asked for: ``"jit"``, ``"dispatch"`` or ``"export"`` (:attr:`counted_by` is the one that counted)."""
         return self._backend
 
     @property
     def counted_by(self) -> str:
-        """The front end that recorded the ops: ``"jit"``, or ``"dispatch"`` (asked for, or the JIT's
-        fallback: :attr:`fallback_reason` says why). Records the model on first use."""
+        """The front end that recorded the ops: the one asked for, or the JIT's fallback
+        (``"dispatch"``; ``"export"`` where torch has no JIT tracer): :attr:`fallback_reason`
+        says why. Records the model on first use."""
         self.scoped_trace()
-        return "dispatch" if self._backend == "dispatch" or self._fallback is not None else "jit"
+        return self._counted_by or self._backend
 
     @property
     def fallback_reason(self) -> Optional[str]:
-        """Why the dispatch backend counted a model the JIT was asked to (None: it did not)."""
+        """Why another front end counted a model the JIT was asked to (None: it did not)."""
         self.scoped_trace()
         return self._fallback
 
@@ -365,7 +392,12 @@ class JitModelAnalysis:
         needs the recording, not from a helper, since the tracer walks every frame above it per node
         (about 1% of a MobileNetV2 trace per frame). Where the JIT cannot trace the model, known
         before tracing, the dispatch backend records it (:mod:`jitflops.jit_fallback`)."""
+        if self._backend == "export":
+            return self._record_exported, ()
         if self._backend == "jit":
+            if not jit_tracer_available() and self._may_fall_back():
+                self._falling_back(f"torch {torch.__version__} has no JIT tracer", "export")
+                return self._record_exported, ()
             reason = untraceable_reason(self._model, self._call)
             if reason is None:
                 return tracing_plan(self._model, self._call, self._aliases, self._strict, True, self._compute)
@@ -374,14 +406,20 @@ class JitModelAnalysis:
             self._falling_back(reason)
         return record_with_dispatch, (self._model, self._call, self._aliases, self._backward)
 
+    def _record_exported(self) -> OpSource:
+        """The export backend's recording: the program given, or the model exported (strict=False)."""
+        program, inner = (self._program, "") if self._program is not None else export_model(self._model, self._call)
+        return record_program(program, self._aliases, self._call if self._sized_by_call else None, inner)
+
     def _may_fall_back(self) -> bool:
         return self._backend == "jit" and not self._strict and self._compute is not False
 
-    def _falling_back(self, reason: str) -> None:
-        self._fallback = reason
+    def _falling_back(self, reason: str, front_end: str = "dispatch") -> None:
+        self._fallback, self._counted_by = reason, front_end
+        how = {"dispatch": "recording the ops as they run", "export": "reading the graph torch.export makes"}[front_end]
         warnings.warn(
-            f"jitflops: {reason}; the dispatch backend counts it instead, recording the ops as they run "
-            f"(backend='dispatch' asks for it, strict=True raises instead)",
+            f"jitflops: {reason}; the {front_end} backend counts it instead, {how} "
+            f"(backend='{front_end}' asks for it, strict=True raises instead)",
             JitFallbackWarning,
             stacklevel=4,
         )
@@ -389,13 +427,14 @@ class JitModelAnalysis:
     def _recorded_after(self, error: Exception) -> OpSource:
         """The dispatch backend's recording where the JIT's trace failed with ``error``, if the fallback
         is allowed and the model's forward runs; ``error`` otherwise (it names the module at fault)."""
-        if not self._may_fall_back():
+        if not self._may_fall_back() or self._program is not None:
             raise error
         try:
             trace = record_with_dispatch(self._model, self._call, self._aliases, None)
         except Exception:
             raise error  # the model fails eagerly too: the trace's error says where
-        self._falling_back(fallback_reason(error))
+        exported = self._counted_by == "export"
+        self._falling_back(f"{self._fallback} and torch.export failed: {str(error).splitlines()[0]}" if exported else fallback_reason(error))
         return trace
 
     def _results(self, emit_warnings: bool = True) -> Statistics:

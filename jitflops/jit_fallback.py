@@ -11,19 +11,28 @@ Some reasons are known before tracing (:func:`untraceable_reason`), and no trace
 failed trace part-way through an FSDP2 forward would leave its parameters gathered. The others
 show up as the trace fails (:func:`fallback_reason`): an error inside torch's own tracer, or any
 other trace failure where the model's eager forward runs. Where the forward itself fails, the
-trace's error is raised, naming the module at fault.
+trace's error is raised, naming the module at fault. Where torch has no JIT tracer at all
+(:func:`jit_tracer_available`), the default call reads the graph ``torch.export`` makes instead,
+and where export fails, the dispatch backend counts.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+import torch
 from torch import nn
 
 from .model_io import ModelCall
 from .process_groups import dtensor_class, fsdp_module_class
 
 USE_DISPATCH = "use FlopCountAnalysis(..., backend='dispatch'), which records the ops as they run"
+
+
+def jit_tracer_available() -> bool:
+    """Whether this torch still has the JIT tracer (TorchScript is deprecated for ``torch.export``):
+    without it, the default call exports the model, and counts it by dispatch where export fails."""
+    return hasattr(torch._C, "_create_graph_by_tracing")
 
 
 def is_compiled(model: nn.Module) -> bool:

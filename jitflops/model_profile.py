@@ -144,9 +144,10 @@ class ProfileSummary:
     @property
     def front_end(self) -> str:
         """Which front end counted, in words, for printouts: with the fallback's reason where there was one."""
+        words = {"dispatch": "the dispatch backend (ops as they run)", "export": "the export backend (the graph torch.export made)", "jit": "the JIT trace"}
         if self.fallback_reason:
-            return f"the dispatch backend, the JIT's fallback ({self.fallback_reason})"
-        return "the dispatch backend (ops as they run)" if self.counted_by == "dispatch" else "the JIT trace"
+            return f"{words[self.counted_by].partition(' (')[0]}, the JIT's fallback ({self.fallback_reason})"
+        return words[self.counted_by]
 
     @classmethod
     def of(cls, root: ModuleProfile, model: nn.Module, call: Optional[ModelCall], model_parallel_size: int, **measured: Any) -> "ProfileSummary":

@@ -14,6 +14,7 @@ from .activation_count import ActivationCountAnalysis
 from .communication import communication_of
 from .dispatch_trace import BackwardFn
 from .distributed import profile_on_every_rank
+from .export_trace import ProgramSource, is_program_source, module_of, program_of
 from .flop_count import FlopCountAnalysis
 from .hierarchy import build_hierarchy
 from .jit_analysis import JitModelAnalysis, module_aliases
@@ -30,9 +31,11 @@ from .timing import time_modules
 Progress = Callable[[Iterator[int], int, str], Iterator[int]]
 
 
-def count_model(model: nn.Module, call: ModelCall, elementwise: bool = False, backend: str = "jit") -> tuple[FlopCountAnalysis, ActivationCountAnalysis]:
-    """FLOPs and activations of one call, from a single trace. Only unsupported ops are warned about."""
-    flops = FlopCountAnalysis(model, call.args, call.kwargs, elementwise=elementwise, backend=backend)
+def count_model(model: Union[nn.Module, ProgramSource], call: ModelCall, elementwise: bool = False, backend: str = "jit") -> tuple[FlopCountAnalysis, ActivationCountAnalysis]:
+    """FLOPs and activations of one call, from a single trace. Only unsupported ops are warned about.
+    A program called with nothing is counted at the sizes it was exported with."""
+    sizeless = is_program_source(model) and not call.args and not call.kwargs
+    flops = FlopCountAnalysis(model, None if sizeless else call.args, call.kwargs, elementwise=elementwise, backend=backend)
     flops.tracer_warnings("none").uncalled_modules_warnings(False)
     activations = flops.of_same_recording(ActivationCountAnalysis)
     return flops, activations
@@ -51,7 +54,7 @@ def backward_macs_of(analysis: FlopCountAnalysis) -> tuple[int, int]:
 
 
 def profile_model(
-    model: nn.Module,
+    model: Union[nn.Module, ProgramSource],
     inputs: Any = (),
     kwargs: Optional[Mapping[str, Any]] = None,
     *,
@@ -82,12 +85,20 @@ def profile_model(
     bytes each module's ops move; with ``device`` (a name of the device table such as ``"h100"``,
     a spec file, a :class:`~jitflops.devices.DeviceSpec`) it also has the time the roofline predicts
     there, per module (:mod:`jitflops.roofline`), beside the measured time where the call was timed.
+    ``model`` may be an ``ExportedProgram`` or a ``.pt2`` path: counted from its graph
+    (``timed=False``; no inputs: the sizes it was exported with).
     """
     spec = device_spec(device) if device is not None else None
+    subject: Union[nn.Module, ProgramSource] = model
+    if is_program_source(model):  # an exported program: its graph is counted, nothing runs
+        if timed or with_ops or backward:
+            raise ValueError("an exported program is counted from its graph, not run: profile it with timed=False, without with_ops or backward")
+        subject = program_of(model)
+        model = module_of(subject)
 
     def this_rank() -> ModelProfile:
         call = ModelCall.from_user(inputs, kwargs)
-        flops, activations = count_model(model, call, elementwise, backend)
+        flops, activations = count_model(subject, call, elementwise, backend)
         names = module_aliases(model)
         timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed else None
         rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats, flops.of_same_recording(ByteCountAnalysis).op_counts())) if with_ops else ()

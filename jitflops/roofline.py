@@ -19,6 +19,7 @@ from torch import nn
 
 from .counting import Statistics, run_handle, statistics_of
 from .devices import DeviceSpec, device_spec
+from .export_trace import ProgramSource
 from .handles import FLOP_FORMULAS, Handle, ShapeFormula
 from .handles.traffic import BYTES_FORMULAS, METADATA_OPS, TrafficFormulas
 from .jit_analysis import JitModelAnalysis
@@ -78,7 +79,8 @@ class PredictedTimeAnalysis(JitModelAnalysis):
     >>> PredictedTimeAnalysis(model, inputs, device="h100").by_module()
     """
 
-    def __init__(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None, *, device: DeviceLike = "h100", **front_end: Any) -> None:
+    def __init__(self, model: Union[nn.Module, ProgramSource], inputs: Any = None, kwargs: Optional[Mapping[str, Any]] = None, *, device: DeviceLike = "h100",
+                 **front_end: Any) -> None:
         self._spec = device_spec(device)
         super().__init__(model, inputs, kwargs, **front_end)
 

@@ -1,4 +1,5 @@
-"""Counts as exact formulas of the input sizes: the model run once on fake tensors whose sizes are symbols.
+"""Counts as exact formulas of the input sizes: the model run once on fake tensors whose sizes are
+symbols, or an exported program's graph read with its own size symbols (:func:`program_formula`).
 
 A count depends on the batch size, the sequence length or the image size through the shapes of
 every op. Torch's symbolic shapes follow those sizes as expressions (a ``ShapeEnv`` behind a
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import sympy
 import torch
@@ -24,7 +25,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from .counting import statistics_of
-from .dispatch_trace import record_with_dispatch
+from .dispatch_trace import DispatchTrace, record_with_dispatch
+from .export_trace import dims_of_program, input_dims, program_records, program_sizes
 from .handles import Handle
 from .model_io import ModelCall
 
@@ -165,3 +167,73 @@ def symbolic_count(
     guards = tuple(guard.expr.xreplace(names) for guard in shape_env.guards)
     fixed = tuple(name for name, symbol in raw.items() if symbol in shape_env.replacements)
     return SymbolicCount(by_module, named, example, guards, fixed)
+
+
+def dynamic_dims(call: ModelCall, dims: Mapping[str, DimSpec]) -> Callable[[nn.Module], Any]:
+    """For the module exported, ``torch.export``'s ``dynamic_shapes`` making every dimension ``dims``
+    names dynamic (``Dim.AUTO``: a dimension the model's code fixes stays a number, and is
+    reported fixed)."""
+    from torch.export import Dim, ShapesCollection
+
+    chosen: dict[Union[str, int], dict[int, Any]] = {}
+    for key, dim in _size_bindings(call, dims):
+        chosen.setdefault(key, {})[dim] = Dim.AUTO
+
+    def shapes_for(module: nn.Module) -> Any:
+        shapes = ShapesCollection()
+        for key, spec in chosen.items():
+            shapes[call.args[key] if isinstance(key, int) else call.kwargs[key]] = spec
+        return shapes.dynamic_shapes(module, call.args, call.kwargs)
+    return shapes_for
+
+
+def _named_dims(dims: Mapping[str, DimSpec], labels: set[tuple[Union[str, int], int]]) -> dict[tuple[Union[str, int], int], str]:
+    """(input, dimension) -> name, for the inputs' dimensions ``dims`` names (``labels``: every input dimension)."""
+    inputs = {key for key, _ in labels}
+    named: dict[tuple[Union[str, int], int], str] = {}
+    for name, spec in dims.items():
+        per_input = spec if isinstance(spec, Mapping) else {key: spec for key in inputs}
+        for key, chosen in per_input.items():
+            if key not in inputs:
+                raise ValueError(f"size {name!r}: the program has no tensor input {key!r} (it has {sorted(map(str, inputs))})")
+            for dim in (chosen,) if isinstance(chosen, int) else chosen:
+                if (key, dim) in labels:
+                    named[(key, dim)] = name
+    return named
+
+
+def program_formula(
+    program: "torch.export.ExportedProgram",
+    call: Optional[ModelCall],
+    aliases: Mapping[Any, str],
+    handles: Mapping[str, Handle],
+    ignored: Any,
+    ancestor_mode: str,
+    dims: Mapping[str, DimSpec],
+    inner: str = "",
+) -> SymbolicCount:
+    """The statistic ``handles`` count in an exported program, per module, as expressions of its
+    size symbols, read from its graph: each named by ``dims`` where it names the input dimension
+    the symbol stands for, else by the program's own name for it (``s72``). Valid where the
+    program's ranges hold; ``example``: the sizes of ``call`` (None: those it was exported with)."""
+    statistics = statistics_of(DispatchTrace(tuple(program_records(program, aliases, None, inner))), handles, ignored, aliases, ancestor_mode)
+    symbols_at = dims_of_program(program)
+    named = _named_dims(dims, input_dims(program))
+    names = {symbol: sympy.Symbol(named.get(label, str(symbol)), integer=True, positive=True) for label, symbol in symbols_at.items()}
+    fixed = tuple(dict.fromkeys(name for label, name in named.items() if label not in symbols_at))
+    sizes = program_sizes(program, call)
+
+    def expression(value: Any) -> sympy.Expr:
+        expr = value.node.expr if isinstance(value, torch.SymInt) else sympy.Integer(value)
+        return sympy.expand(expr.xreplace(names))
+
+    by_module = {module: expression(sum(counts.values(), 0)) for module, counts in statistics.counts.items()}
+    guards = []
+    for symbol, bounds in program.range_constraints.items():
+        if symbol in names:
+            if isinstance(bounds.lower, sympy.Integer) and bounds.lower > 1:  # torch's unbounded ends are int_oo, not Integers
+                guards.append(names[symbol] >= int(bounds.lower))
+            if isinstance(bounds.upper, sympy.Integer):
+                guards.append(names[symbol] <= int(bounds.upper))
+    example = {named_symbol.name: sizes[symbol] for symbol, named_symbol in names.items() if symbol in sizes}
+    return SymbolicCount(by_module, {symbol.name: symbol for symbol in names.values()}, example, tuple(guards), fixed)

@@ -115,6 +115,12 @@ class ArchitectureResult:
     counted_by: str = ""
     fallback_reason: str = ""
     dispatch: Optional[int] = None
+    export: Optional[int] = None
+    """The export backend's count (``torch.export``, strict=False, read statically)."""
+    export_error: str = ""
+    export_modules_differ: list = field(default_factory=list)
+    """Modules whose export count is not the dispatch backend's (empty: every module agrees)."""
+    export_unsupported: dict = field(default_factory=dict)
     flop_counter: Optional[float] = None
     masked: dict = field(default_factory=dict)
     """A decoder's mask-aware counts: ``jit`` and ``dispatch``, unpadded and ``padded`` (empty: not a decoder)."""
@@ -395,10 +401,17 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
         return result
     unsupported: Counter = Counter()
     before = _tensor_states(model)
-    for backend in ("jit", "dispatch"):
+    per_module: dict[str, Counter] = {}
+    for backend in ("jit", "dispatch", "export"):
         try:
             analysis = jitflops.FlopCountAnalysis(model, inputs, backend=backend)
             setattr(result, backend, int(analysis.total()))
+            per_module[backend] = +analysis.by_module(emit_warnings=False)
+            if backend == "export":
+                result.export_unsupported = dict(analysis.unsupported_ops())
+                result.export_modules_differ = sorted(name for name in set(per_module["export"]) | set(per_module.get("dispatch", {}))
+                                                      if per_module["export"][name] != per_module.get("dispatch", Counter())[name])
+                continue
             if backend == "jit":
                 result.counted_by, result.fallback_reason = analysis.counted_by, analysis.fallback_reason or ""
             unsupported.update({f"{backend}:{op}": n for op, n in analysis.unsupported_ops().items()})
@@ -556,6 +569,10 @@ def _report(result: dict, index: int, total: int) -> None:
         faults.append(f"jit {result['jit']} != dispatch {result['dispatch']}")
     if not ArchitectureResult(**result).masked_agree:
         faults.append(f"mask-aware {result['masked']}")
+    if result.get("export_error"):
+        faults.append(f"export: {result['export_error'][:100]}")
+    elif result["status"] == "counted" and (result["export"] != result["dispatch"] or result["export_modules_differ"]):
+        faults.append(f"export {result['export']} != dispatch {result['dispatch']} in {result['export_modules_differ'][:3]}")
     print(f"[{index}/{total}] {result['model_type']}: {result['status']} {' '.join(faults)}", flush=True)
 
 
@@ -618,6 +635,11 @@ def summarise(results: list[dict]) -> dict[str, Any]:
         "decoders whose mask-aware JIT != dispatch": sum(not r.masked_agree for r in typed),
         "below FlopCounterMode / 2": sum(r.jit is not None and r.flop_counter is not None and 2 * r.jit < r.flop_counter for r in typed),
         "build or eager forward fails": sum(r["status"] in ("build failed", "eager failed", "timeout", "crashed") for r in results),
+        "export (strict=False) of an eager forward that runs": sum(r.export is not None for r in typed),
+        "export fails": sum(bool(r.export_error) for r in typed),
+        "export == dispatch, in total and in every module": sum(r.export is not None and r.export == r.dispatch and not r.export_modules_differ for r in typed),
+        "export != dispatch": sum(r.export is not None and (r.export != r.dispatch or bool(r.export_modules_differ)) for r in typed),
+        "export with unsupported ops": sum(bool(r.export_unsupported) for r in typed),
     }
 
 

@@ -27,7 +27,7 @@ def convolution_activations(op: OpRecord) -> int:
     *with_inplace("addmm addmv addbmm baddbmm addr"),
     "aten::outer", "aten::ger", "aten::tensordot", "aten::linalg_multi_dot", "aten::chain_matmul", "aten::linalg_vecdot",
     "aten::_grouped_mm", "aten::_scaled_grouped_mm", "aten::_scaled_mm", "aten::_scaled_mm_v2", "aten::bilinear", "aten::_trilinear",
-    *ATTENTION_KERNELS, *SEQUENCE_FIRST_KERNELS,
+    "transformers::grouped_mm_fallback", *ATTENTION_KERNELS, *SEQUENCE_FIRST_KERNELS,
 )
 def product_activations(op: OpRecord) -> int:
     return op.output_numel()

@@ -114,6 +114,14 @@ def grouped_mm_flops(op: OpRecord) -> int:
     return op.output_numel() * a[-1]
 
 
+@FLOP_FORMULAS.register("transformers::grouped_mm_fallback")
+def transformers_grouped_mm_flops(op: OpRecord) -> int:
+    """transformers' grouped product of experts where torch's ``_grouped_mm`` cannot run: a custom
+    op, whole in an exported graph (the other front ends see its ``mm`` per expert), ``input``'s
+    rows each meeting their expert's ``K x N`` weight: ``rows x K x N``."""
+    return op.output_numel() * op.shape("input")[-1]
+
+
 @FLOP_FORMULAS.register("aten::linear")
 def linear_flops(op: OpRecord) -> int:
     """``input @ weight.T``: every input row meets every output feature."""

@@ -58,7 +58,9 @@ ZERO_COST_OPS: frozenset[str] = aten_kinds(
     "diagonal_backward diagonal_scatter _reshape_copy sym_size sym_numel sym_stride is_same_size "
     "_has_compatible_shallow_copy_type set_ resize_ resize_as_ zero _chunk_cat _to_sparse to_sparse _linalg_check_errors "
     "as_strided_copy diagonal_copy narrow_copy split_with_sizes_copy unfold_copy masked_scatter_backward "
-    "_efficientzerotensor _unique sparse_mask"
+    "_efficientzerotensor _unique sparse_mask "
+    # what torch.export's graphs check of their values (the export front end)
+    "_assert_tensor_metadata _assert_scalar sym_constrain_range_for_size _assert_async"
 ) | frozenset({
     # torch.profiler's record_function ranges (FSDP2 and DTensor mark their steps with them)
     "profiler::_record_function_enter", "profiler::_record_function_enter_new", "profiler::_record_function_exit",
