@@ -36,6 +36,7 @@ from torch.utils import _pytree as pytree
 
 from .dispatch_trace import DispatchTrace, Signature
 from .errors import JitflopsError, TraceError
+from .model_guard import preserved
 from .model_io import ModelCall, tensor_leaves
 from .records import FORWARD, EagerOpRecord, TensorMeta
 
@@ -166,6 +167,9 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
         return torch.export.export(module, call.args, call.kwargs, dynamic_shapes=dims(module) if dims else None, strict=False)
 
     with ExitStack() as stack:
+        stack.enter_context(preserved(model))  # export runs the model's Python: what it sets on modules is put back
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", message=".*were assigned during export")  # an LSTM's own _flat_weights
         stack.callback(register_module_forward_pre_hook(entered).remove)
         stack.callback(register_module_forward_hook(left, always_call=True).remove)
         try:
@@ -206,7 +210,7 @@ def program_sizes(program: "torch.export.ExportedProgram", call: Optional[ModelC
     for in ``call``, else the size the program was exported with."""
     values = _user_input_values(program)
     env = next((value.fake_mode.shape_env for value in values if isinstance(value, torch.Tensor) and getattr(value, "fake_mode", None)), None)
-    hints = getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", {}) if env is not None else {}
+    hints = (env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val) if env is not None else {}
     sizes: dict[sympy.Symbol, int] = {symbol: int(value) for symbol, value in hints.items()}
     if call is None:
         return sizes
@@ -242,10 +246,21 @@ def _evaluated(value: Any, sizes: Sizes) -> Any:
     return value
 
 
+def _known(value: Any, sizes: Sizes) -> bool:
+    """Whether ``sizes`` give a value to every symbol of ``value``: not so for a size the values
+    decide (``nonzero``'s output: an unbacked symbol, which no input fixes)."""
+    return not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) or value.node.expr.free_symbols <= sizes.keys()
+
+
 def _concrete(value: Any, sizes: Sizes) -> Any:
-    """A decoded argument with its symbolic sizes evaluated at ``sizes``."""
+    """A decoded argument with its symbolic sizes evaluated at ``sizes``; a tensor whose size the
+    values decide has no shape (a handle that needs it says so, naming the op and its module)."""
     if isinstance(value, TensorMeta):
-        return value if value.shape is None else TensorMeta(tuple(_evaluated(size, sizes) for size in value.shape), value.dtype, value.kept)
+        if value.shape is None or not all(_known(size, sizes) for size in value.shape):
+            return TensorMeta(None, value.dtype)
+        return TensorMeta(tuple(_evaluated(size, sizes) for size in value.shape), value.dtype, value.kept)
+    if not _known(value, sizes):
+        return None
     if isinstance(value, list):
         return [_concrete(item, sizes) for item in value]
     return _evaluated(value, sizes)

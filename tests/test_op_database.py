@@ -13,6 +13,10 @@ For a few samples of each op (float32, CPU), each op wrapped in a module:
   backward op is unsupported, the ops ``FlopCounterMode`` counts are its count halved, and the
   total is never below it.
 
+* where an op's samples export (``torch.export``, strict=False), the export backend's count is the
+  dispatch backend's, with no unsupported op: a fixed draw of 80 ops, every op with
+  ``JITFLOPS_OPDB_EXPORT=all`` (``docs/front-ends.md`` gives that run's figures).
+
 ``JITFLOPS_OPDB_SAMPLES`` sets the samples per op (default 2; ``tools/`` sweeps use more).
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import warnings
 from typing import Iterator
 
@@ -29,6 +34,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from jitflops import FlopCountAnalysis
+from jitflops.errors import TraceError
 from jitflops.model_guard import ModelChangedWarning
 
 common_methods_invocations = pytest.importorskip("torch.testing._internal.common_methods_invocations")
@@ -204,3 +210,24 @@ def test_every_backward_op_is_counted_and_never_below_torch(info):
         ours = sum(op.count for op in analysis.op_counts() if op.kind in FLOP_COUNTER_KINDS)
         assert 2 * ours == torch_count.get_total_flops()
         assert 2 * total >= torch_count.get_total_flops()
+
+
+EXPORT_OPS = OPS if os.environ.get("JITFLOPS_OPDB_EXPORT") == "all" else random.Random(2026).sample(OPS, 80)
+
+
+@pytest.mark.parametrize("info", EXPORT_OPS, ids=[f"{i.name}.{i.variant_test_name}" if i.variant_test_name else i.name for i in EXPORT_OPS])
+def test_op_is_counted_by_export_as_by_dispatch_where_it_exports(info):
+    exported_any = False
+    for args, kwargs in _runnable_samples(info):
+        model = OpModule(info.op, kwargs)
+        try:
+            export_total, export_unsupported, _ = _count(model, args, "export")
+        except TraceError:  # this sample does not export (a value read in Python, an output export cannot take)
+            continue
+        exported_any = True
+        dispatch_total, _, _ = _count(model, args, "dispatch")
+        assert not export_unsupported, export_unsupported
+        if (info.name, info.variant_test_name) not in KNOWN_BACKEND_DIFFERENCES:
+            assert export_total == dispatch_total, f"export {export_total} != dispatch {dispatch_total}"
+    if not exported_any:
+        pytest.skip(f"{info.name}: no sample exports")

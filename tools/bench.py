@@ -12,9 +12,18 @@ ratios round by round:
 * ``jitflops real``: the same with real values forced (``compute=True``);
 * ``jitflops+reports``: the default, then ``by_module()``, ``by_operator()`` and ``flop_count_table()``;
 * ``dispatch``: ``FlopCountAnalysis(..., backend="dispatch").total()``;
+* ``export``: ``FlopCountAnalysis(..., backend="export").total()`` (``torch.export`` included);
 * ``fvcore``: fvcore's ``FlopCountAnalysis(...).total()`` (wrapped as fvcore needs);
 * ``FlopCounterMode``: ``torch.utils.flop_counter`` on the same forward;
-* ``FCM fake``: ``FlopCounterMode`` under ``FakeTensorMode`` (no arithmetic).
+* ``FCM fake``: ``FlopCounterMode`` under ``FakeTensorMode`` (no arithmetic);
+* the other peers a user could pick, where installed (``pip install --no-deps ptflops thop
+  calflops``): ptflops' ``pytorch`` (module hooks) and ``aten`` (a dispatch mode) backends,
+  thop's ``profile`` and calflops' ``calculate_flops``. A tool that fails on a model is listed
+  with its error, not timed; ``jf/fastest peer`` is the default count's time over the fastest peer's
+  that ran, round by round.
+
+``--only search``: counting 1,000 candidates of a MobileNet-like search space (blocks of random
+depth, width, expansion and kernel size, on a 3 x 64 x 64 image), each tool's counts per second.
 
 Peak memory (RSS) of the counting tools is measured in a fresh subprocess per model and tool. Then
 the scale checks: a Llama-shaped model with 1.2B real bf16 parameters at 4096 tokens (time, extra
@@ -34,8 +43,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import io
 import json
 import logging
+import random
 import statistics
 import subprocess
 import sys
@@ -55,9 +66,11 @@ from jitflops.model_io import FlatCall, ModelCall, tensor_leaves  # noqa: E402
 from jitflops.table import pipe_table  # noqa: E402
 
 DEFAULT_MODELS = [name for name, example in ZOO.items() if "zoo" in example.tags] + ["bert-large", "vit-l16", "llama-8b"]
-TOOLS = ("forward", "trace", "jitflops", "jitflops real", "jitflops+reports", "dispatch", "fvcore", "FlopCounterMode", "FCM fake")
+PEERS = ("FlopCounterMode", "fvcore", "ptflops pytorch", "ptflops aten", "thop", "calflops")
+"""The counters a user could pick instead of jitflops."""
+TOOLS = ("forward", "trace", "jitflops", "jitflops real", "jitflops+reports", "dispatch", "export", "FCM fake", *PEERS)
 MEMORY_TOOLS = ("jitflops", "jitflops real", "fvcore", "FlopCounterMode")
-META_TOOLS = ("trace", "jitflops", "jitflops+reports")
+META_TOOLS = ("trace", "jitflops", "jitflops+reports", "export")
 """What runs on a model built on the meta device: fvcore's handles, FlopCounterMode and the
 dispatch backend need values."""
 
@@ -126,10 +139,48 @@ def make_runners(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str,
         "jitflops real": lambda: jitflops_total(compute=True),
         "jitflops+reports": jitflops_reports,
         "dispatch": lambda: jitflops_total(backend="dispatch"),
+        "export": lambda: jitflops_total(backend="export"),
         "fvcore": fvcore_total,
         "FlopCounterMode": flop_counter_mode,
         "FCM fake": lambda: flop_counter_mode(fake=True),
+        **peer_runners(model, args, kwargs),
     }
+
+
+def peer_runners(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Callable[[], float]]:
+    """ptflops (both backends), thop and calflops, each called as its README shows, on the model's
+    own inputs; each returns the MACs it reports."""
+    wrapped = FvcoreReady(model, list(kwargs))
+    positional = tuple(kwargs.values()) or args
+
+    def ptflops(backend: str) -> float:
+        from ptflops import get_model_complexity_info
+
+        if not kwargs and len(args) != 1:
+            raise ValueError("ptflops calls a model with one input or with keyword inputs")
+        batch = dict(kwargs) if kwargs else args[0]  # a dict is passed as keywords, anything else as the one input
+        with torch.no_grad():
+            macs, _ = get_model_complexity_info(model, (1,), input_constructor=lambda _: batch, as_strings=False, print_per_layer_stat=False,
+                                                backend=backend, verbose=False)
+        if macs is None:
+            raise RuntimeError("ptflops returned no count (it prints the error it caught)")
+        return float(macs)
+
+    def thop() -> float:
+        import thop as thop_package
+
+        with torch.no_grad():
+            macs, _ = thop_package.profile(wrapped, inputs=positional, verbose=False)
+        return float(macs)
+
+    def calflops() -> float:
+        from calflops import calculate_flops
+
+        with torch.no_grad():
+            _, macs, _ = calculate_flops(model, args=list(args), kwargs=dict(kwargs), print_results=False, print_detailed=False, output_as_string=False)
+        return float(macs)
+
+    return {"ptflops pytorch": lambda: ptflops("pytorch"), "ptflops aten": lambda: ptflops("aten"), "thop": thop, "calflops": calflops}
 
 
 def engine_cost(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int) -> tuple[int, float]:
@@ -177,18 +228,25 @@ def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any
     runners = make_runners(model, args, kwargs)
     if device_for(name) == "meta":
         tools = tuple(t for t in tools if t in META_TOOLS)
-    seconds: dict[str, list[float]] = {tool: [] for tool in tools}
     totals: dict[str, float] = {}
+    failed: dict[str, str] = {}
     start = time.perf_counter()
-    for tool in tools:  # one untimed run each: imports, caches
-        totals[tool] = runners[tool]()
+    for tool in tools:  # one untimed run each: imports, caches; a tool that fails is listed, not timed
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                totals[tool] = runners[tool]()
+        except Exception as error:
+            failed[tool] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:160] if str(error).strip() else ''}"
+    tools = tuple(tool for tool in tools if tool not in failed)
+    seconds: dict[str, list[float]] = {tool: [] for tool in tools}
     rounds = min(MAX_ROUNDS, max(repeats, int(ROUND_SECONDS / (time.perf_counter() - start))))
     for _ in range(rounds):
         for tool in tools:
             gc.collect()
-            start = time.perf_counter()
-            runners[tool]()
-            seconds[tool].append(time.perf_counter() - start)
+            with contextlib.redirect_stdout(io.StringIO()):  # ptflops and thop print
+                start = time.perf_counter()
+                runners[tool]()
+                seconds[tool].append(time.perf_counter() - start)
     nodes, engine_s = engine_cost(model, args, kwargs, repeats)
     return {
         "model": name,
@@ -197,9 +255,22 @@ def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any
         "rounds": rounds,
         "engine_s": engine_s,
         "median_s": {tool: statistics.median(values) for tool, values in seconds.items()},
-        "ratios": paired_ratios(seconds),
+        "ratios": {**paired_ratios(seconds), **fastest_peer(seconds)},
         "totals": {tool: totals[tool] for tool in tools if tool not in ("trace", "forward")},
+        "failed": failed,
     }
+
+
+def fastest_peer(seconds: dict[str, list[float]]) -> dict[str, Any]:
+    """The default count's time over the fastest peer's, round by round (median), and which peer
+    was fastest most often."""
+    peers = [tool for tool in PEERS if tool in seconds]
+    if "jitflops" not in seconds or not peers:
+        return {}
+    rounds = range(len(seconds["jitflops"]))
+    fastest = [min(peers, key=lambda tool: seconds[tool][index]) for index in rounds]
+    return {"jitflops/fastest peer": statistics.median(seconds["jitflops"][index] / seconds[fastest[index]][index] for index in rounds),
+            "fastest peer": statistics.mode(fastest)}
 
 
 PEAK_RSS_MIB = "print(int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024)"
@@ -359,13 +430,74 @@ def roofline_error(repeats: int) -> dict[str, Any]:
     return {"device": json.loads(spec.to_json()), "models": rows}
 
 
+class _Block(torch.nn.Module):
+    """An inverted residual block (MobileNetV2's) of a search space's candidate."""
+
+    def __init__(self, inputs: int, outputs: int, expansion: int, kernel: int, stride: int) -> None:
+        super().__init__()
+        hidden = inputs * expansion
+        self.expand = torch.nn.Sequential(torch.nn.Conv2d(inputs, hidden, 1, bias=False), torch.nn.BatchNorm2d(hidden), torch.nn.ReLU6())
+        self.depthwise = torch.nn.Sequential(torch.nn.Conv2d(hidden, hidden, kernel, stride, kernel // 2, groups=hidden, bias=False),
+                                             torch.nn.BatchNorm2d(hidden), torch.nn.ReLU6())
+        self.project = torch.nn.Sequential(torch.nn.Conv2d(hidden, outputs, 1, bias=False), torch.nn.BatchNorm2d(outputs))
+        self.residual = stride == 1 and inputs == outputs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.project(self.depthwise(self.expand(x)))
+        return x + y if self.residual else y
+
+
+def candidate(seed: int) -> torch.nn.Module:
+    """One candidate of the search space: a stem, 2 to 6 stages of 1 to 3 blocks (width 16 to 96,
+    expansion 1, 3 or 6, kernel 3 or 5), a classifier."""
+    draw = random.Random(seed)
+    layers: list[torch.nn.Module] = [torch.nn.Conv2d(3, 16, 3, 2, 1, bias=False), torch.nn.BatchNorm2d(16), torch.nn.ReLU6()]
+    width = 16
+    for stage in range(draw.randint(2, 6)):
+        out = draw.choice((16, 24, 32, 48, 64, 96))
+        for block in range(draw.randint(1, 3)):
+            layers.append(_Block(width, out, draw.choice((1, 3, 6)), draw.choice((3, 5)), 2 if block == 0 and stage % 2 else 1))
+            width = out
+    layers += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(width, 10)]
+    return torch.nn.Sequential(*layers).eval()
+
+
+def search_space(candidates: int = 1000) -> dict[str, Any]:
+    """Each tool counting the same ``candidates`` models of the search space, one after another
+    (each model built once, outside the timing): counts per second, and whether the totals agree."""
+    image = torch.randn(1, 3, 64, 64)
+    models = [candidate(seed) for seed in range(candidates)]
+    results: dict[str, Any] = {"candidates": candidates, "counts_per_second": {}, "failed": {}}
+    for tool in ("jitflops", "export", "FCM fake", *PEERS):
+        totals = []
+        start = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                for model in models:
+                    totals.append(make_runners(model, (image,), {})[tool]())
+        except Exception as error:
+            results["failed"][tool] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:160] if str(error).strip() else ''}"
+            continue
+        results["counts_per_second"][tool] = candidates / (time.perf_counter() - start)
+        results.setdefault("totals", {})[tool] = sum(totals)
+    return results
+
+
+def print_search_space(search: dict[str, Any]) -> None:
+    rates = search["counts_per_second"]
+    print(f"\nSearch space: {search['candidates']} MobileNet-like candidates, counts per second: "
+          + ", ".join(f"{tool} {rate:.1f}" for tool, rate in sorted(rates.items(), key=lambda item: -item[1])))
+    for tool, error in search["failed"].items():
+        print(f"  {tool} fails: {error}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", default=DEFAULT_MODELS, choices=sorted(ZOO))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-memory", action="store_true", help="skip the per-tool peak RSS subprocesses")
     parser.add_argument("--json", default=str(REPO / "tools" / "bench_results.json"))
-    parser.add_argument("--only", choices=("bytes", "roofline"), help="run one section alone, printed (the JSON is not written)")
+    parser.add_argument("--only", choices=("bytes", "roofline", "search"), help="run one section alone, printed (the JSON is not written)")
     options = parser.parse_args()
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
@@ -376,6 +508,9 @@ def main() -> None:
         return
     if options.only == "roofline":
         roofline_error(options.repeats)
+        return
+    if options.only == "search":
+        print_search_space(search_space())
         return
 
     results = []
@@ -403,14 +538,21 @@ def main() -> None:
         row["per_node_overhead_us"] = {"engine_after_trace": engine_us, "all_above_bare_trace": per_node_us}
         table.append([
             row["model"], row["device"], str(row["nodes"]),
-            *(ms(tool) for tool in ("forward", "trace", "jitflops", "jitflops real", "dispatch", "fvcore", "FlopCounterMode", "FCM fake")),
+            *(ms(tool) for tool in ("forward", "trace", "jitflops", "jitflops real", "dispatch", "export", "FCM fake", *PEERS)),
             *(shown(row["ratios"].get(key)) for key in RATIOS),
+            f"{shown(row['ratios'].get('jitflops/fastest peer'))} ({row['ratios'].get('fastest peer', '-')})",
             f"{rss['jitflops']:.0f}/{rss.get('jitflops real', float('nan')):.0f}/{rss.get('FlopCounterMode', float('nan')):.0f}" if rss else "-",
             " / ".join(f"{row['totals'][tool] / 1e9:.3f}" for tool in ("jitflops", "jitflops real", "fvcore", "FlopCounterMode") if tool in row["totals"]),
         ])
-    headers = ["model", "device", "nodes", "forward ms", "trace ms", "jitflops ms", "real ms", "dispatch ms", "fvcore ms", "FCM ms", "FCM fake ms",
-               "jf/fwd", "jf/FCM", "real/trace", "jf/fvcore", "dispatch/FCM", "peak RSS MiB jf/real/FCM", "GMACs jf / real / fv / FCM"]
+    headers = ["model", "device", "nodes", "forward ms", "trace ms", "jitflops ms", "real ms", "dispatch ms", "export ms", "FCM fake ms",
+               *(f"{peer} ms" for peer in PEERS), "jf/fwd", "jf/FCM", "real/trace", "jf/fvcore", "dispatch/FCM", "jf/fastest peer",
+               "peak RSS MiB jf/real/FCM", "GMACs jf / real / fv / FCM"]
     print(pipe_table(table, headers))
+    for row in results:
+        for tool, error in row["failed"].items():
+            print(f"{row['model']}: {tool} fails: {error}")
+    search = search_space()
+    print_search_space(search)
     print(f"\nLlama 1.2B shape, real bf16 weights, 4096 tokens: counted in {real_1b['count_s']:.2f} s, "
           f"{real_1b['extra_peak_rss_mib']:.0f} MiB peak RSS over the loaded model ({real_1b['loaded_rss_mib']:.0f} MiB), {real_1b['total_macs'] / 1e12:.2f} TMACs")
     print(f"\nLlama 70B (meta, seq 4096): built in {big['build_s']:.1f} s, counted in {big['count_s']:.1f} s, "
@@ -427,7 +569,7 @@ def main() -> None:
     roofline = roofline_error(options.repeats)
     document = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": options.repeats,
                 "models": results, "llama_1b_bf16": real_1b, "llama_70b_meta": big, "layer_scaling": growth, "timed_pass_overhead": overhead,
-                "sharded_profiling_cost": sharded, "byte_count_cost": bytes_cost, "roofline_error": roofline}
+                "sharded_profiling_cost": sharded, "byte_count_cost": bytes_cost, "roofline_error": roofline, "search_space": search}
     Path(options.json).write_text(json.dumps(document, indent=2))
     print(f"\nwritten: {options.json}", file=sys.stderr)
 

@@ -1,0 +1,187 @@
+"""The export front end: an ``ExportedProgram`` or a ``.pt2`` file read statically, against hand
+counts, the dispatch backend (which runs the model) and fresh counts at new sizes."""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+import zipfile
+
+import pytest
+import sympy
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.export import Dim
+
+from jitflops import ActivationCountAnalysis, FlopCountAnalysis
+from jitflops.cli import main
+from jitflops.errors import JitFallbackWarning, TraceError
+from jitflops.examples import all_examples
+from jitflops.export_trace import ProgramError
+
+transformers = pytest.importorskip("transformers")
+
+B, S, D, H = 2, 16, 64, 4
+
+
+class Attention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(D, 3 * D)
+        self.out = nn.Linear(D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, H, D // H).permute(2, 0, 3, 1, 4)
+        return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, D))
+
+
+def _quiet(analysis):
+    return analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+
+
+def _bert() -> nn.Module:
+    config = transformers.BertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100)
+    torch.manual_seed(0)
+    return transformers.BertModel(config).eval()
+
+
+def _ids(batch: int, length: int) -> dict[str, torch.Tensor]:
+    return {"input_ids": torch.randint(0, 100, (batch, length), generator=torch.Generator().manual_seed(0))}
+
+
+def test_a_program_is_counted_by_hand_and_as_the_dispatch_backend_counts():
+    model, x = Attention(), torch.randn(B, S, D)
+    program = torch.export.export(model, (x,), strict=False)
+    flops = FlopCountAnalysis(program, (x,))
+    linear = B * S * D * 3 * D + B * S * D * D
+    attention = 2 * B * H * S * S * (D // H)  # q @ k^T and the weights @ v, dense
+    assert flops.total() == linear + attention
+    assert flops.by_module() == FlopCountAnalysis(model, x, backend="dispatch").by_module()
+    assert flops.by_operator("qkv") == {"linear": B * S * D * 3 * D}
+    assert flops.counted_by == "export" and flops.backend == "export"
+    assert ActivationCountAnalysis(program, (x,)).total() == ActivationCountAnalysis(model, x, backend="dispatch").total() == B * S * (3 * D + D) + B * S * D
+    assert FlopCountAnalysis(model, x, backend="export").total() == flops.total()  # a model is exported first
+
+
+def test_a_pt2_file_is_counted_at_its_sizes_at_new_ones_and_as_formulas(tmp_path):
+    model = _bert()
+    program = torch.export.export(model, (), _ids(2, 32), strict=False, dynamic_shapes={"input_ids": {0: Dim("batch"), 1: Dim("seq", max=512)}})
+    path = tmp_path / "bert.pt2"
+    torch.export.save(program, str(path))
+    loaded = FlopCountAnalysis(str(path))  # no inputs: the sizes it was exported with
+    assert loaded.total() == FlopCountAnalysis(model, _ids(2, 32), backend="dispatch").total()
+    assert _quiet(loaded).by_module() == _quiet(FlopCountAnalysis(model, _ids(2, 32), backend="dispatch")).by_module()
+    resized = FlopCountAnalysis(path, (), _ids(3, 48))
+    assert resized.total() == FlopCountAnalysis(model, _ids(3, 48), backend="dispatch").total()
+    formula = loaded.formula(b={"input_ids": 0}, s={"input_ids": 1})
+    b, s = sympy.symbols("b s", integer=True, positive=True)
+    fake = FlopCountAnalysis(model, _ids(2, 32)).formula(b=0, s=1)  # the dispatch backend on fake tensors of symbolic sizes
+    assert sympy.expand(formula.total - fake.total.subs({fake.symbols["b"]: b, fake.symbols["s"]: s})) == 0
+    assert formula.example == {"b": 2, "s": 32} and formula.valid_when == (s <= 512,)
+    for batch, length in ((1, 7), (5, 100), (4, 512)):
+        fresh = FlopCountAnalysis(model, _ids(batch, length), backend="dispatch")
+        assert formula.evaluate(b=batch, s=length) == fresh.total()
+        assert formula.evaluate("encoder.layer.1", b=batch, s=length) == fresh.total("encoder.layer.1")
+    unnamed = loaded.formula()
+    assert {symbol.name for symbol in unnamed.total.free_symbols} == {str(symbol) for symbol in program.range_constraints}
+    exported_here = FlopCountAnalysis(model, _ids(2, 32), backend="export").formula(b=0, s=1)
+    assert sympy.expand(exported_here.total - formula.total) == 0 and exported_here.fixed_sizes == ()
+
+
+def test_files_and_inputs_a_program_cannot_take_are_named(tmp_path):
+    missing, garbage, foreign = tmp_path / "none.pt2", tmp_path / "garbage.pt2", tmp_path / "foreign.pt2"
+    garbage.write_bytes(b"not a zip archive")
+    with zipfile.ZipFile(foreign, "w") as archive:
+        archive.writestr("hello.txt", "a zip archive, but no program")
+    with pytest.raises(ProgramError, match="none.pt2: no such file"):
+        FlopCountAnalysis(str(missing))
+    with pytest.raises(ProgramError, match="garbage.pt2: not a .pt2 archive"):
+        FlopCountAnalysis(str(garbage))
+    with pytest.raises(ProgramError, match="foreign.pt2: torch.export.load cannot read it as an exported program"):
+        FlopCountAnalysis(str(foreign))
+    model = _bert()
+    program = torch.export.export(model, (), _ids(2, 32), strict=False, dynamic_shapes={"input_ids": {0: Dim("batch"), 1: Dim("seq", max=512)}})
+    with pytest.raises(ProgramError, match="is 600 in the inputs given; the program was exported for 0 to 512"):
+        FlopCountAnalysis(program, (), _ids(2, 600)).total()
+    with pytest.raises(ProgramError, match="takes no keyword argument 'pixel_values'"):
+        FlopCountAnalysis(program, (), {"pixel_values": torch.randn(1, 3)}).total()
+    with pytest.raises(ValueError, match="read by backend='export'"):
+        FlopCountAnalysis(program, (), _ids(2, 32), backend="dispatch")
+    with pytest.raises(TypeError, match="inputs are required to analyse a BertModel"):
+        FlopCountAnalysis(model)
+
+
+class Branching(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 8), DataDependent())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class DataDependent(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.sum() > 0 else x  # a branch on values: export cannot take it
+
+
+def test_an_export_that_fails_names_the_module(monkeypatch):
+    model, x = Branching(), torch.ones(2, 8)
+    with pytest.raises(TraceError, match=r"exporting failed in module 'body.1' \(DataDependent\)"):
+        FlopCountAnalysis(model, x, backend="export").total()
+
+
+def test_without_a_jit_tracer_the_default_call_exports_then_dispatches(monkeypatch):
+    monkeypatch.setattr("jitflops.jit_analysis.jit_tracer_available", lambda: False)
+    model, x = Attention(), torch.randn(B, S, D)
+    with pytest.warns(JitFallbackWarning, match="has no JIT tracer; the export backend counts it instead"):
+        flops = FlopCountAnalysis(model, x)
+        assert flops.total() == FlopCountAnalysis(model, x, backend="dispatch").total()
+    assert flops.counted_by == "export"
+    branching, y = Branching(), torch.ones(2, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flops = FlopCountAnalysis(branching, y)
+        assert flops.total() == 2 * 8 * 8
+    assert flops.counted_by == "dispatch" and "torch.export failed" in flops.fallback_reason
+    assert [str(w.message) for w in caught if issubclass(w.category, JitFallbackWarning)][-1].startswith("jitflops: torch")
+
+
+SMALL_ZOO = ["convnet", "transformer", "mobilenet-v2", "resnet-50", "llama-gqa", "t5-small", "gpt2", "swin-t", "lstm", "bert-base"]
+
+
+@pytest.mark.parametrize("name", SMALL_ZOO)
+def test_the_zoo_is_counted_by_export_as_by_dispatch(name):
+    """FLOPs per module as the dispatch backend counts them; activations as the JIT counts them (the
+    dispatch backend sees an LSTM's kernels, export and the JIT the ``aten::lstm`` they run as)."""
+    model, args, kwargs = all_examples()[name].instantiate("cpu")
+    logging.disable(logging.WARNING)
+    try:
+        exported = _quiet(FlopCountAnalysis(model, args, kwargs, backend="export"))
+        assert not exported.unsupported_ops()
+        assert +exported.by_module() == +_quiet(FlopCountAnalysis(model, args, kwargs, backend="dispatch")).by_module()
+        assert ActivationCountAnalysis(model, args, kwargs, backend="export").total() == _quiet(ActivationCountAnalysis(model, args, kwargs)).total()
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_the_cli_counts_a_pt2_file(tmp_path, capsys):
+    model = _bert()
+    program = torch.export.export(model, (), _ids(2, 32), strict=False, dynamic_shapes={"input_ids": {0: Dim("batch"), 1: Dim("seq", max=512)}})
+    path = tmp_path / "bert.pt2"
+    torch.export.save(program, str(path))
+    assert main([str(path), "--format", "json"]) == 0
+    document = __import__("json").loads(capsys.readouterr().out)
+    assert document["summary"]["counted_by"] == "export"
+    assert document["summary"]["flops"] == 2 * FlopCountAnalysis(model, _ids(2, 32)).total()
+    assert main([str(path), "--kwargs", '{"input_ids": "ids:4,64"}', "--depth", "1"]) == 0
+    table = capsys.readouterr().out
+    assert f"{FlopCountAnalysis(model, _ids(4, 64)).total() / 1e6:.3f}M" in table or f"{FlopCountAnalysis(model, _ids(4, 64)).total() / 1e9:.3f}G" in table
+    assert main([str(path), "--profile"]) == 2
+    assert "counted from its graph, nothing runs" in capsys.readouterr().err
+    assert main([str(tmp_path / "none.pt2")]) == 2
+    assert "none.pt2: no such file" in capsys.readouterr().err
+    assert math.isfinite(document["summary"]["params"])
