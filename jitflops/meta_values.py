@@ -39,11 +39,12 @@ from torch.utils import _pytree as pytree
 
 from .model_io import ModelCall, is_stateful
 
-COMPUTE_BELOW_WORK = 1e10
+COMPUTE_BELOW_WORK = 1e5
 """Calls estimated below this many parameter-tokens (a dense model does about 2 x parameters x
-tokens FLOPs: 1e10 is some 20 GFLOP, a fraction of a second on a CPU) are traced on real values by
-default: computing them costs less than copying the model and running meta kernels
-(``tools/bench.py`` measures both)."""
+tokens FLOPs) are traced on real values by default: computing them costs less than copying the
+model. Above, a meta trace costs less, from a Transformer block (17 ms against 36) to ConvNeXt-T (66
+ms against 2.5 s; ``tools/bench.py`` measures both), with the meta kernels of
+:data:`TRACING_META_KERNELS`: before them it was 1e10, a batch norm on meta costing 1.4 ms."""
 
 def _convolution_on_meta(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int], padding: list[int],
                          dilation: list[int], transposed: bool, output_padding: list[int], groups: int) -> torch.Tensor:
@@ -87,16 +88,57 @@ def _safe_softmax_on_meta(input: torch.Tensor, dim: int, dtype: Optional[torch.d
     return torch.empty_like(input, dtype=dtype or input.dtype, memory_format=torch.contiguous_format)
 
 
+def _batch_statistics(input: torch.Tensor, weight: Optional[torch.Tensor], running_mean: Optional[torch.Tensor], training: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch norm's checks, and its saved mean and reciprocal deviation: per channel in training,
+    empty otherwise (as the CPU kernel returns them)."""
+    channels = input.shape[1] if input.dim() > 1 else 0
+    for name, tensor in (("weight", weight), ("running_mean", running_mean)):
+        if tensor is not None and tensor.numel() != channels:
+            raise RuntimeError(f"{name} should contain {channels} elements not {tensor.numel()}")
+    kept = channels if training else 0
+    return input.new_empty((kept,)), input.new_empty((kept,))
+
+
+def _batch_norm_on_meta(input: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], running_mean: Optional[torch.Tensor],
+                        running_var: Optional[torch.Tensor], training: bool, momentum: float, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``aten::native_batch_norm`` and ``aten::_native_batch_norm_legit``: the output, and the statistics."""
+    return (torch.empty_like(input), *_batch_statistics(input, weight, running_mean, training))
+
+
+def _batch_norm_no_training_on_meta(input: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], running_mean: torch.Tensor,
+                                    running_var: torch.Tensor, momentum: float, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (torch.empty_like(input), *_batch_statistics(input, weight, running_mean, False))
+
+
+def _same_shape(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """An elementwise activation: its output is shaped as its input."""
+    return torch.empty_like(self)
+
+
+def _in_place(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """An elementwise activation in place: its input."""
+    return self
+
+
+_ELEMENTWISE = ("hardtanh", "relu", "gelu", "hardswish", "hardsigmoid")
+
 TRACING_META_KERNELS: dict[str, Callable[..., Any]] = {
     "convolution": _convolution_on_meta,
     "convolution_overrideable": _convolution_overrideable_on_meta,
     "addmm": _addmm_on_meta,
     "native_layer_norm": _layer_norm_on_meta,
     "_safe_softmax": _safe_softmax_on_meta,
+    "native_batch_norm": _batch_norm_on_meta,
+    "_native_batch_norm_legit": _batch_norm_on_meta,
+    "_native_batch_norm_legit_no_training": _batch_norm_no_training_on_meta,
+    **{name: _same_shape for name in _ELEMENTWISE},
+    **{f"{name}_": _in_place for name in _ELEMENTWISE},
 }
 """The meta kernels a meta trace runs: convolution so that it traces at all; the others because
 torch's are Python decompositions into elementwise references (``torch._refs``), which made up most
-of a meta trace of ViT-L (``tools/bench.py``); these check their operands' shapes and compute the output shapes directly."""
+of a meta trace of ViT-L and of MobileNet-like models (``tools/bench.py``; a batch norm 1.4 ms, a
+``hardtanh`` 1.7 ms, where the CPU computes them in microseconds); these check their operands'
+shapes and compute the output shapes directly."""
 
 
 @contextmanager
@@ -164,11 +206,14 @@ def estimated_work(parameters: Sequence[torch.Tensor], call: ModelCall) -> int:
     return sum(p.numel() for p in parameters) * tokens
 
 
-def computes_by_default(parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
+def computes_by_default(model: nn.Module, parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
     """Whether to trace on real values unless asked otherwise (``parameters``: the model's):
-    small calls (``COMPUTE_BELOW_WORK``), where computing costs less than meta kernels, and lazy
-    modules."""
+    small calls (``COMPUTE_BELOW_WORK``), where computing costs less than copying the model, lazy
+    modules, and recurrent layers, whose meta kernels are Python loops over the time steps (an LSTM
+    of 32 steps: 480 ms on meta, 15 ms computed)."""
     if any(isinstance(p, UninitializedTensorMixin) for p in parameters):
+        return True
+    if any(isinstance(module, nn.RNNBase) for module in model.modules()):
         return True
     return estimated_work(parameters, call) < COMPUTE_BELOW_WORK
 

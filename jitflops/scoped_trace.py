@@ -239,7 +239,7 @@ def tracing_plan(
     records (about 1% of a MobileNetV2 trace per frame). On real values, that is the function that
     calls the tracer."""
     parameters = list(model.parameters())
-    on_values = computes_by_default(parameters, call) if compute is None else compute
+    on_values = computes_by_default(model, parameters, call) if compute is None else compute
     on_meta_device = holds_meta(parameters, call)
     if on_values and not on_meta_device:
         return _trace_with_scopes, (model, call, aliases, strict, scope_boundaries)

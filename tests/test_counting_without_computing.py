@@ -136,6 +136,17 @@ def test_the_model_stays_usable_by_other_threads_while_it_is_counted():
     ("native_layer_norm", (torch.randn(2, 3, 8), [8], torch.randn(8), torch.randn(8), 1e-5)),
     ("native_layer_norm", (torch.randn(2, 3, 8, dtype=torch.bfloat16), [3, 8], None, None, 1e-5)),
     ("_safe_softmax", (torch.randn(2, 4, 6), -1)),
+    *[(name, (torch.randn(2, 4, 5, 5), torch.randn(4), torch.randn(4), torch.randn(4), torch.rand(4), training, 0.1, 1e-5))
+      for name in ("native_batch_norm", "_native_batch_norm_legit") for training in (False, True)],
+    ("_native_batch_norm_legit_no_training", (torch.randn(2, 4, 5, 5), torch.randn(4), torch.randn(4), torch.randn(4), torch.rand(4), 0.1, 1e-5)),
+    ("native_batch_norm", (torch.randn(2, 4, 5, 5, dtype=torch.bfloat16), None, None, None, None, True, 0.1, 1e-5)),
+    ("hardtanh", (torch.randn(2, 3, 4), 0.0, 6.0)),
+    ("hardtanh_", (torch.randn(2, 3, 4), 0.0, 6.0)),
+    ("relu", (torch.randn(2, 3, 4, dtype=torch.bfloat16),)),
+    ("relu_", (torch.randn(2, 3, 4),)),
+    ("gelu", (torch.randn(2, 3, 4),)),
+    ("hardswish", (torch.randn(2, 3, 4),)),
+    ("hardsigmoid_", (torch.randn(2, 3, 4),)),
 ])
 def test_jitflops_meta_kernels_give_what_the_cpu_kernels_give(name, args):
     """The meta kernels of a meta trace stand in for the CPU kernels a trace on real values runs:
@@ -159,3 +170,7 @@ def test_jitflops_meta_kernels_refuse_what_torch_refuses():
         TRACING_META_KERNELS["native_layer_norm"](meta(2, 3, 8), [4], None, None, 1e-5)
     with pytest.raises(IndexError):
         TRACING_META_KERNELS["_safe_softmax"](meta(2, 3), 2)
+    with pytest.raises(RuntimeError, match="running_mean should contain 4 elements not 3"):
+        TRACING_META_KERNELS["native_batch_norm"](meta(2, 4, 5), None, None, meta(3), meta(3), False, 0.1, 1e-5)
+    with pytest.raises(RuntimeError, match="running_mean should contain 4 elements not 3"):  # torch's words (its composite batch_norm checks)
+        torch.nn.functional.batch_norm(torch.randn(2, 4, 5), torch.zeros(3), torch.ones(3))
