@@ -6,7 +6,7 @@ handles read), its module scope (``meta["nn_module_stack"]``, outermost first) a
 of each value (``meta["val"]``), whose sizes are symbols where the program was exported with
 dynamic shapes. Each call node becomes an :class:`~jitflops.records.EagerOpRecord` for the same
 handles as the other front ends. With symbolic sizes, a count is an expression in them
-(:func:`program_formula`); a count in numbers evaluates them at the sizes of the inputs given, or
+(:func:`jitflops.symbolic_counts.program_formula`); a count in numbers evaluates them at the sizes of the inputs given, or
 at the sizes the program was exported with.
 
 A program comes from a model (:func:`export_model`), as an ``ExportedProgram``, or from a ``.pt2``
@@ -51,7 +51,8 @@ _WRAPPERS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
 
 
 class ProgramError(JitflopsError):
-    """A program that cannot be read or exported: names the file, or the module that failed to export."""
+    """A program that cannot be read, or inputs it cannot take: names the file, or the input and size.
+    (A model that cannot be exported gets a :class:`~jitflops.errors.TraceError` naming the module.)"""
 
 
 def is_program_source(value: Any) -> bool:
