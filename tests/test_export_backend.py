@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.export import Dim
 
-from jitflops import ActivationCountAnalysis, FlopCountAnalysis
+from jitflops import ActivationCountAnalysis, ByteCountAnalysis, FlopCountAnalysis, parameter_count
 from jitflops.cli import main
 from jitflops.errors import JitFallbackWarning, TraceError
 from jitflops.examples import all_examples
@@ -64,6 +64,8 @@ def test_a_program_is_counted_by_hand_and_as_the_dispatch_backend_counts():
     assert flops.counted_by == "export" and flops.backend == "export"
     assert ActivationCountAnalysis(program, (x,)).total() == ActivationCountAnalysis(model, x, backend="dispatch").total() == B * S * (3 * D + D) + B * S * D
     assert FlopCountAnalysis(model, x, backend="export").total() == flops.total()  # a model is exported first
+    assert ByteCountAnalysis(program, (x,)).by_module() == ByteCountAnalysis(model, x, backend="dispatch").by_module()
+    assert parameter_count(flops._model) == parameter_count(model)  # the program's modules, unflattened, with its weights
 
 
 def test_a_pt2_file_is_counted_at_its_sizes_at_new_ones_and_as_formulas(tmp_path):
@@ -185,3 +187,11 @@ def test_the_cli_counts_a_pt2_file(tmp_path, capsys):
     assert main([str(tmp_path / "none.pt2")]) == 2
     assert "none.pt2: no such file" in capsys.readouterr().err
     assert math.isfinite(document["summary"]["params"])
+
+
+def test_an_unbatched_convolution_is_a_batch_of_one():
+    """An export graph keeps ``conv2d`` on a ``C x H x W`` image (the JIT and dispatch see the
+    batched convolution torch runs): 8 x 3 x 3 x 3 multiply-adds at each of 14 x 14 positions."""
+    for module, positions in ((nn.Conv2d(3, 8, 3), 14 * 14), (nn.ConvTranspose2d(3, 8, 3), 16 * 16)):
+        image = torch.randn(3, 16, 16)
+        assert FlopCountAnalysis(module, image, backend="export").total() == 8 * 3 * 3 * 3 * positions == FlopCountAnalysis(module, image).total()

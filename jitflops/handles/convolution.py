@@ -16,7 +16,11 @@ def conv_macs(input_shape: tuple[int, ...], weight_shape: tuple[int, ...], outpu
 
     A plain convolution does ``prod(weight)`` multiply-adds per output position (the weight holds
     ``out x in/groups x kernel``); a transposed one scatters ``prod(weight)`` per *input* position.
+    An unbatched input (one dimension fewer than the weight: ``conv2d`` of a ``C x H x W`` image) is
+    a batch of one, as torch runs it (an export graph keeps the public op on the unbatched input).
     """
+    if len(input_shape) == len(weight_shape) - 1:
+        input_shape, output_shape = (1, *input_shape), (1, *output_shape)
     batch = input_shape[0]
     positions = (input_shape if transposed else output_shape)[2:]
     return batch * prod(weight_shape) * prod(positions)

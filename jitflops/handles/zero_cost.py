@@ -60,7 +60,7 @@ ZERO_COST_OPS: frozenset[str] = aten_kinds(
     "as_strided_copy diagonal_copy narrow_copy split_with_sizes_copy unfold_copy masked_scatter_backward "
     "_efficientzerotensor _unique sparse_mask "
     # what torch.export's graphs check of their values (the export front end)
-    "_assert_tensor_metadata _assert_scalar sym_constrain_range_for_size _assert_async"
+    "_assert_tensor_metadata _assert_scalar sym_constrain_range_for_size _assert_async sym_storage_offset"
 ) | frozenset({
     # torch.profiler's record_function ranges (FSDP2 and DTensor mark their steps with them)
     "profiler::_record_function_enter", "profiler::_record_function_enter_new", "profiler::_record_function_exit",
