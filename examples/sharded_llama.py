@@ -28,7 +28,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from jitflops import FlopsProfiler, ModelProfile, write_json
-from jitflops.distributed import is_writer
+from jitflops.profiling.ranks import is_writer
 
 VOCAB, DIM, LAYERS, HEADS, KV_HEADS, HIDDEN, SEQ, BATCH = 512, 128, 2, 8, 4, 256, 64, 4
 """The model and the data: each data-parallel rank trains on BATCH sequences of SEQ tokens."""

@@ -2,33 +2,35 @@
 operator and per module, in one hierarchy."""
 
 from ._version import __version__
+# The fvcore and DeepSpeed names come through their old module paths, which are loaded here: a path
+# loaded later would replace the function of its name on the package (``jitflops.flop_count``).
 from .activation_count import ActivationCountAnalysis, activation_count
-from .byte_count import ByteCountAnalysis
-from .jit_analysis import JitModelAnalysis
-from .communication import CollectiveTotals, CommunicationAnalysis
-from .collective_recorder import CollectiveLog, record_collectives
-from .integer_count import IntegerOpCountAnalysis
-from .generation import GenerationCount, StepCount, count_generation
-from .per_token import LanguageModelSizes, analytic_flops_per_token, flops_per_token
-from .errors import DataDependentTraceWarning, HandleError, IntegerWorkWarning, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
+from .core.errors import DataDependentTraceWarning, HandleError, IntegerWorkWarning, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
+from .deepspeed.one_call_profile import get_model_profile
+from .engine.communication import CollectiveTotals, CommunicationAnalysis
+from .engine.integer_count import IntegerOpCountAnalysis
+from .estimates.byte_count import ByteCountAnalysis
+from .estimates.memory_estimate import KVCache, MemoryEstimate, ModuleMemory
+from .estimates.memory_footprint import largest_fitting, memory_footprint
 from .flop_count import FlopCountAnalysis, flop_count
+from .flops_profiler import FlopsProfiler, FlopsProfilerConfig, get_module_duration, get_module_flops, get_module_macs
 from .handles import Handle, ShapeFormula, get_shape
-from .deepspeed_report import format_model_profile
-from .export import profile_to_dict, write_chrome_trace, write_json, write_ops_csv
-from .html_report import profile_to_html, write_html
-from .hierarchy import ModuleProfile, build_hierarchy
-from .op_table import OpRow
+from .jit_analysis import JitModelAnalysis
+from .named_models import model_from_name
 from .parameter_count import parameter_count, parameter_count_table
 from .print_model_statistics import flop_count_str, flop_count_table
-from .flops_profiler import FlopsProfiler, FlopsProfilerConfig, get_module_duration, get_module_flops, get_module_macs
-from .one_call_profile import get_model_profile
-from .memory_estimate import KVCache, MemoryEstimate, ModuleMemory
-from .memory_footprint import largest_fitting, memory_footprint
-from .memory_report import memory_summary, memory_table
-from .model_profile import ModelProfile, ProfileSummary
-from .named_models import model_from_name
-from .profile import profile_model
-from .timing import LatencyStats, TimedPass, time_model
+from .profiling.collective_recorder import CollectiveLog, record_collectives
+from .profiling.generation import GenerationCount, StepCount, count_generation
+from .profiling.hierarchy import ModuleProfile, build_hierarchy
+from .profiling.model_profile import ModelProfile, ProfileSummary
+from .profiling.op_table import OpRow
+from .profiling.per_token import LanguageModelSizes, analytic_flops_per_token, flops_per_token
+from .profiling.profile import profile_model
+from .reports.deepspeed_report import format_model_profile
+from .reports.files import profile_to_dict, write_chrome_trace, write_json, write_ops_csv
+from .reports.html_report import profile_to_html, write_html
+from .reports.memory_report import memory_summary, memory_table
+from .timing.timed_pass import LatencyStats, TimedPass, time_model
 
 
 __all__ = [

@@ -1,37 +1,10 @@
-"""Activation counting: fvcore's ``ActivationCountAnalysis`` and ``activation_count``."""
+"""fvcore's module path ``fvcore.nn.activation_count``, kept where it was: it gives
+:mod:`jitflops.engine.activation_count` itself, the same module object under both names, so that
+what a user sets on the old path (fvcore's ``_IGNORED_OPS``, a table entry, a monkeypatch) is what
+the code reads."""
 
-from __future__ import annotations
+import sys
 
-from typing import Any, Counter, DefaultDict, Optional
+from .engine import activation_count
 
-from torch import nn
-
-from .jit_analysis import JitModelAnalysis, per_operator_in_units
-from .handles import ACTIVATION_FORMULAS, FLOP_FORMULAS, Handle
-
-
-_DEFAULT_SUPPORTED_OPS: dict[str, Handle] = ACTIVATION_FORMULAS.handles()
-"""The handles every new ``ActivationCountAnalysis`` starts from (mutable, as in fvcore)."""
-
-
-class ActivationCountAnalysis(JitModelAnalysis):
-    """Activations (output elements of convolutions, matrix products, attention and recurrent
-    layers) per module and per operator, by JIT trace. Every other known op counts zero."""
-
-    @classmethod
-    def _default_handles(cls) -> dict[str, Handle]:
-        return _DEFAULT_SUPPORTED_OPS
-
-    @classmethod
-    def _default_ignored_ops(cls) -> frozenset[str]:
-        return super()._default_ignored_ops() | FLOP_FORMULAS.kinds()
-
-
-def activation_count(
-    model: nn.Module,
-    inputs: Any,
-    supported_ops: Optional[dict[str, Handle]] = None,
-) -> tuple[DefaultDict[str, float], Counter[str]]:
-    """Mega-activations per operator and the unsupported ops, as ``fvcore.nn.activation_count`` returns them."""
-    analysis = ActivationCountAnalysis(model, inputs).set_op_handle(**(supported_ops or {}))
-    return per_operator_in_units(analysis, 1e6)
+sys.modules[__name__] = activation_count

@@ -31,20 +31,20 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from . import __version__
-from .calibration import calibrate
-from .devices import DeviceSpec, device_spec, is_device_name
-from .export_trace import load_program, module_of
+from .timing.calibration import calibrate
+from .estimates.devices import DeviceSpec, device_spec, is_device_name
+from .frontends.export_trace import load_program, module_of
 from .examples import all_examples
-from .export import ops_to_csv, profile_to_json, spans_to_chrome_trace
-from .html_report import profile_to_html
-from .file_output import check_writable, write_text
-from .formatting import deepspeed_bytes, deepspeed_seconds, format_quantity, format_seconds
-from .memory_estimate import MemoryEstimate
-from .memory_footprint import largest_fitting, memory_footprint
-from .memory_report import memory_summary, memory_table
-from .model_profile import ModelProfile
+from .reports.files import ops_to_csv, profile_to_json, spans_to_chrome_trace
+from .reports.html_report import profile_to_html
+from .reports.file_output import check_writable, write_text
+from .reports.formatting import deepspeed_bytes, deepspeed_seconds, format_quantity, format_seconds
+from .estimates.memory_estimate import MemoryEstimate
+from .estimates.memory_footprint import largest_fitting, memory_footprint
+from .reports.memory_report import memory_summary, memory_table
+from .profiling.model_profile import ModelProfile
 from .named_models import looks_like_model_name, model_from_name
-from .profile import profile_model
+from .profiling.profile import profile_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 OP_SORT_KEYS = {
@@ -235,7 +235,7 @@ def _modules_csv(profile: ModelProfile, sort: str, top: Optional[int]) -> str:
 
 
 def _ops_text(profile: ModelProfile, sort: str, top: Optional[int]) -> str:
-    from .table import pipe_table
+    from .core.table import pipe_table
 
     rows = sorted(profile.op_rows, key=OP_SORT_KEYS[sort])[:top]
     table = [
@@ -250,8 +250,8 @@ def _ops_text(profile: ModelProfile, sort: str, top: Optional[int]) -> str:
 
 
 def render(args: argparse.Namespace, profile: ModelProfile, memory: Optional[MemoryEstimate] = None) -> str:
-    from .deepspeed_report import format_model_profile
-    from .print_model_statistics import flop_count_str, flop_count_table
+    from .reports.deepspeed_report import format_model_profile
+    from .reports.print_model_statistics import flop_count_str, flop_count_table
 
     if args.format == "json":
         return profile_to_json(profile)

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Optional, Union
 import torch
 from torch import nn
 
-from .errors import JitflopsError
+from .core.errors import JitflopsError
 
 TIMM_PREFIXES = ("timm/", "hf-hub:timm/", "hf_hub:timm/")
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from jitflops import ActivationCountAnalysis, FlopCountAnalysis
-from jitflops.model_io import tensor_leaves
+from jitflops.core.model_io import tensor_leaves
 
 
 class Fn(nn.Module):

@@ -20,8 +20,8 @@ import torch.distributed as dist
 from torch import nn
 
 from jitflops import ActivationCountAnalysis, CommunicationAnalysis, FlopCountAnalysis, FlopsProfiler, get_model_profile, profile_model, record_collectives
-from jitflops.deepspeed_report import format_model_profile
-from jitflops.export import profile_to_dict
+from jitflops.reports.deepspeed_report import format_model_profile
+from jitflops.reports.files import profile_to_dict
 
 BATCH, D_IN, D_HIDDEN = 8, 64, 256
 

@@ -13,10 +13,10 @@ from torch import nn
 from jitflops import FlopCountAnalysis, format_model_profile, profile_model
 from jitflops.cli import main
 from jitflops.examples import ConvNet, TinyTransformer
-from jitflops.jit_analysis import module_aliases
-from jitflops.model_io import ModelCall
-from jitflops.op_table import op_table
-from jitflops.timing import LatencyStats
+from jitflops.engine.jit_analysis import module_aliases
+from jitflops.core.model_io import ModelCall
+from jitflops.profiling.op_table import op_table
+from jitflops.timing.timed_pass import LatencyStats
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

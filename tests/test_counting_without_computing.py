@@ -13,8 +13,8 @@ from torch import nn
 
 from jitflops import ActivationCountAnalysis, DataDependentTraceWarning, FlopCountAnalysis, JitflopsError
 from jitflops.examples import ConvNet
-from jitflops.model_io import ModelCall
-from jitflops.meta_values import COMPUTE_BELOW_WORK, estimated_work
+from jitflops.core.model_io import ModelCall
+from jitflops.frontends.meta_values import COMPUTE_BELOW_WORK, estimated_work
 
 from helpers import assert_same_state, model_state
 
@@ -87,7 +87,7 @@ def test_models_that_need_real_values_fall_back_with_the_same_counts(model_class
     model = model_class().eval()
     x = torch.randn(16384, 1024)
     assert estimated_work(list(model.parameters()), ModelCall((x,))) > COMPUTE_BELOW_WORK
-    with caplog.at_level(logging.DEBUG, logger="jitflops.scoped_trace"), warnings.catch_warnings(record=True) as caught:
+    with caplog.at_level(logging.DEBUG, logger="jitflops.frontends.scoped_trace"), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         default = FlopCountAnalysis(model, x).by_module_and_operator()
     assert default == FlopCountAnalysis(model, x, compute=True).by_module_and_operator()
@@ -151,7 +151,7 @@ def test_the_model_stays_usable_by_other_threads_while_it_is_counted():
 def test_jitflops_meta_kernels_give_what_the_cpu_kernels_give(name, args):
     """The meta kernels of a meta trace stand in for the CPU kernels a trace on real values runs:
     the same shapes and dtypes."""
-    from jitflops.meta_values import TRACING_META_KERNELS
+    from jitflops.frontends.meta_values import TRACING_META_KERNELS
 
     on_meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
     theirs = getattr(torch.ops.aten, name).default(*args)
@@ -161,7 +161,7 @@ def test_jitflops_meta_kernels_give_what_the_cpu_kernels_give(name, args):
 
 
 def test_jitflops_meta_kernels_refuse_what_torch_refuses():
-    from jitflops.meta_values import TRACING_META_KERNELS
+    from jitflops.frontends.meta_values import TRACING_META_KERNELS
 
     meta = lambda *shape: torch.empty(*shape, device="meta")  # noqa: E731
     with pytest.raises(RuntimeError, match="cannot be multiplied"):

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from jitflops import FlopCountAnalysis, FlopsProfiler, FlopsProfilerConfig, get_model_profile, get_module_duration, get_module_flops, get_module_macs
-from jitflops.file_output import OutputError
-from jitflops.formatting import deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
+from jitflops.reports.file_output import OutputError
+from jitflops.reports.formatting import deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
 
 TOLERANCE = 0.05
 

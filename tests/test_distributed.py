@@ -12,7 +12,7 @@ import pytest
 import torch.multiprocessing as mp
 
 from jitflops import FlopCountAnalysis, profile_model, write_json
-from jitflops.deepspeed_report import format_model_profile
+from jitflops.reports.deepspeed_report import format_model_profile
 from jitflops.examples import ConvNet
 
 

@@ -13,8 +13,8 @@ import torch
 
 from jitflops import profile_model, write_chrome_trace, write_html, write_json, write_ops_csv
 from jitflops.examples import ConvNet
-from jitflops.export import SCHEMA
-from jitflops.file_output import OutputError, write_text
+from jitflops.reports.files import SCHEMA
+from jitflops.reports.file_output import OutputError, write_text
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ from torch.export import Dim
 
 from jitflops import ActivationCountAnalysis, ByteCountAnalysis, FlopCountAnalysis, parameter_count
 from jitflops.cli import main
-from jitflops.errors import JitFallbackWarning, TraceError
+from jitflops.core.errors import JitFallbackWarning, TraceError
 from jitflops.examples import all_examples
-from jitflops.export_trace import ProgramError
+from jitflops.frontends.export_trace import ProgramError
 
 transformers = pytest.importorskip("transformers")
 
@@ -137,7 +137,7 @@ def test_an_export_that_fails_names_the_module(monkeypatch):
 
 
 def test_without_a_jit_tracer_the_default_call_exports_then_dispatches(monkeypatch):
-    monkeypatch.setattr("jitflops.jit_analysis.jit_tracer_available", lambda: False)
+    monkeypatch.setattr("jitflops.engine.jit_analysis.jit_tracer_available", lambda: False)
     model, x = Attention(), torch.randn(B, S, D)
     with pytest.warns(JitFallbackWarning, match="has no JIT tracer; the export backend counts it instead"):
         flops = FlopCountAnalysis(model, x)

@@ -22,8 +22,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from helpers import assert_same_state, model_state
 from jitflops import FlopCountAnalysis, FlopsProfiler, JitFallbackWarning, JitflopsError, TraceError, flop_count_table, get_model_profile, profile_model
-from jitflops.deepspeed_report import format_model_profile
-from jitflops.export import profile_to_dict
+from jitflops.reports.deepspeed_report import format_model_profile
+from jitflops.reports.files import profile_to_dict
 
 
 def _mlp() -> nn.Module:

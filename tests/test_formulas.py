@@ -414,7 +414,7 @@ def test_decompositions_transforms_and_distances_by_hand(fn, shape, expected):
 def test_formulas_of_torch_2_15s_new_decompositions_by_hand():
     """``linalg.matrix_sqrth`` and ``linalg.polar`` exist from torch 2.15 on; their formulas, on records."""
     from jitflops.handles.decompositions import matrix_sqrth_flops, polar_flops
-    from jitflops.records import EagerOpRecord, TensorMeta
+    from jitflops.core.records import EagerOpRecord, TensorMeta
 
     square = [TensorMeta((5, 5))]
     assert matrix_sqrth_flops(EagerOpRecord("aten::linalg_matrix_sqrth", square, square, ("self",))) == round(9 / 2 * 125 + 125)

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from jitflops import FlopCountAnalysis, IntegerOpCountAnalysis, IntegerWorkWarning, JitFallbackWarning, flop_count_table, profile_model
-from jitflops.deepspeed_report import format_model_profile
-from jitflops.export import profile_to_dict
+from jitflops.reports.deepspeed_report import format_model_profile
+from jitflops.reports.files import profile_to_dict
 
 
 def _mlp() -> nn.Sequential:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from jitflops import FlopCountAnalysis, format_model_profile, profile_model
-from jitflops.export import profile_to_dict
+from jitflops.reports.files import profile_to_dict
 from jitflops.handles.attention import causal_pairs
 
 B, H, E = 2, 4, 16

@@ -16,13 +16,13 @@ from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
 
 from jitflops import largest_fitting, memory_footprint, memory_summary, memory_table
-from jitflops.flops_profiler import FlopsProfiler
-from jitflops.formatting import deepspeed_bytes, deepspeed_params
+from jitflops.deepspeed.flops_profiler import FlopsProfiler
+from jitflops.reports.formatting import deepspeed_bytes, deepspeed_params
 from jitflops.cli import main
-from jitflops.devices import DeviceSpecError
-from jitflops.errors import TraceError
-from jitflops.fake_sharding import ShardingError, shard_like_tensor_parallel
-from jitflops.optimizers import UnknownOptimizerError
+from jitflops.estimates.devices import DeviceSpecError
+from jitflops.core.errors import TraceError
+from jitflops.estimates.fake_sharding import ShardingError, shard_like_tensor_parallel
+from jitflops.estimates.optimizers import UnknownOptimizerError
 
 transformers = pytest.importorskip("transformers")
 

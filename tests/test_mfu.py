@@ -19,7 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from jitflops import FlopsProfiler, format_model_profile, get_model_profile, profile_model, profile_to_dict
 from jitflops.examples import TinyTransformer
-from jitflops.peak_flops import cpu_peak_flops, gpu_peak_flops
+from jitflops.timing.peak_flops import cpu_peak_flops, gpu_peak_flops
 
 PEAK = 2e12
 IDS = torch.randint(0, 1000, (2, 16))

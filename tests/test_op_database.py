@@ -34,8 +34,8 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from jitflops import FlopCountAnalysis
-from jitflops.errors import TraceError
-from jitflops.model_guard import ModelChangedWarning
+from jitflops.core.errors import TraceError
+from jitflops.core.model_guard import ModelChangedWarning
 
 common_methods_invocations = pytest.importorskip("torch.testing._internal.common_methods_invocations")
 

@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from jitflops import format_model_profile, profile_model
-from jitflops.devices import DEVICES, DeviceSpec, DeviceSpecError, device_spec, spec_of_gpu
-from jitflops.export import profile_to_dict
+from jitflops.estimates.devices import DEVICES, DeviceSpec, DeviceSpecError, device_spec, spec_of_gpu
+from jitflops.reports.files import profile_to_dict
 from jitflops.examples import all_examples
-from jitflops.roofline import PredictedTimeAnalysis
+from jitflops.estimates.roofline import PredictedTimeAnalysis
 
 
 def test_the_table_has_the_issues_devices_each_with_a_source():

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from jitflops import ActivationCountAnalysis, FlopCountAnalysis, HandleError, JitFallbackWarning, ShapeFormula, TraceError, flop_count_table, model_guard, profile_model, time_model
+from jitflops import ActivationCountAnalysis, FlopCountAnalysis, HandleError, JitFallbackWarning, ShapeFormula, TraceError, flop_count_table, profile_model, time_model
+from jitflops.core import model_guard
 from jitflops.examples import ConvNet, LSTMTagger
 
 from helpers import assert_same_state, model_state

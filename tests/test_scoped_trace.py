@@ -10,10 +10,11 @@ import torch
 from fvcore import nn as fvcore_nn
 from torch import nn
 
-from jitflops import DataDependentTraceWarning, FlopCountAnalysis, JitFallbackWarning, JitflopsError, TraceError, scope_boundaries, scoped_trace
-from jitflops.jit_analysis import module_aliases
+from jitflops import DataDependentTraceWarning, FlopCountAnalysis, JitFallbackWarning, JitflopsError, TraceError
+from jitflops.frontends import scope_boundaries, scoped_trace
+from jitflops.engine.jit_analysis import module_aliases
 from jitflops.examples import BUILTIN_EXAMPLES, ZOO
-from jitflops.model_io import ModelCall
+from jitflops.core.model_io import ModelCall
 
 from helpers import assert_same_state, model_state
 

@@ -21,9 +21,9 @@ import jitflops
 from jitflops import flop_count_table, format_model_profile, profile_model, profile_to_dict
 from jitflops.cli import _modules_csv, _ops_text
 from jitflops.examples import TinyTransformer
-from jitflops.export import UNITS, ops_to_csv
-from jitflops.html_report import profile_to_html
-from jitflops.formatting import deepspeed_macs, deepspeed_number
+from jitflops.reports.files import UNITS, ops_to_csv
+from jitflops.reports.html_report import profile_to_html
+from jitflops.reports.formatting import deepspeed_macs, deepspeed_number
 
 IDS = torch.randint(0, 1000, (2, 16))
 
@@ -71,10 +71,15 @@ def test_every_output_agrees_under_the_stated_convention(profile):
 
 
 PACKAGE = Path(jitflops.__file__).parent
-REPORTS = {"deepspeed_report", "export", "print_model_statistics", "cli", "table", "op_table_text"}
-"""Modules that read profiles and print or write them."""
-DATA = {"model_profile", "hierarchy", "timing", "records", "distributed", "jit_analysis", "flop_count", "activation_count", "op_table"}
-"""Modules that make or hold the data; they never import a report."""
+LAYERS = ("core", "handles", "frontends", "engine", "estimates", "timing", "profiling", "reports", "deepspeed", "integrations")
+"""The package's folders from the bottom up (``docs/code-layout.md``): a module imports only from its
+own folder and the folders below it; the modules at the top (the CLI, the examples, the old module
+paths) may import any."""
+
+
+def _layer(module: str) -> int:
+    folder = module.split(".")[0]
+    return LAYERS.index(folder) if folder in LAYERS else len(LAYERS)
 
 
 def _package_imports() -> dict[str, set[str]]:
@@ -94,10 +99,11 @@ def _package_imports() -> dict[str, set[str]]:
     return graph
 
 
-def test_data_modules_never_import_reports_and_there_is_no_import_circle():
+def test_no_folder_imports_one_above_it_and_there_is_no_import_circle():
     graph = _package_imports()
-    for module in DATA:
-        assert not graph[module] & REPORTS, f"{module} imports a report: {graph[module] & REPORTS}"
+    assert {module.split(".")[0] for module in graph if "." in module} >= set(LAYERS)
+    upward = sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets if _layer(target) > _layer(module))
+    assert not upward, "imports that run upward: " + ", ".join(upward)
 
     finished: set[str] = set()
 

@@ -22,8 +22,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jitflops import FlopCountAnalysis  # noqa: E402
-from jitflops.per_token import TRAINING_PASSES, LanguageModelSizes, analytic_flops_per_token  # noqa: E402
-from jitflops.table import pipe_table  # noqa: E402
+from jitflops.profiling.per_token import TRAINING_PASSES, LanguageModelSizes, analytic_flops_per_token  # noqa: E402
+from jitflops.core.table import pipe_table  # noqa: E402
 
 CONFIGS = {
     "Llama-3-8B": ("llama", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,

@@ -8,7 +8,7 @@ ratios round by round:
 * ``trace``: bare ``torch.jit._get_trace_graph`` of the model on its real values, no hooks (the
   floor of a count that computes);
 * ``jitflops``: the default ``FlopCountAnalysis(...).total()`` from a fresh object (on meta values
-  where that pays off: ``jitflops.meta_values``);
+  where that pays off: ``jitflops.frontends.meta_values``);
 * ``jitflops real``: the same with real values forced (``compute=True``);
 * ``jitflops+reports``: the default, then ``by_module()``, ``by_operator()`` and ``flop_count_table()``;
 * ``dispatch``: ``FlopCountAnalysis(..., backend="dispatch").total()``;
@@ -62,8 +62,8 @@ sys.path.insert(0, str(REPO))
 
 from jitflops import FlopCountAnalysis, flop_count_table  # noqa: E402
 from jitflops.examples import ZOO  # noqa: E402
-from jitflops.model_io import FlatCall, ModelCall, tensor_leaves  # noqa: E402
-from jitflops.table import pipe_table  # noqa: E402
+from jitflops.core.model_io import FlatCall, ModelCall, tensor_leaves  # noqa: E402
+from jitflops.core.table import pipe_table  # noqa: E402
 
 DEFAULT_MODELS = [name for name, example in ZOO.items() if "zoo" in example.tags] + ["bert-large", "vit-l16", "llama-8b"]
 PEERS = ("FlopCounterMode", "fvcore", "ptflops pytorch", "ptflops aten", "thop", "calflops")
@@ -422,7 +422,7 @@ def print_byte_count_cost(costs: dict[str, dict[str, float]]) -> None:
 def roofline_error(repeats: int) -> dict[str, Any]:
     sys.path.insert(0, str(REPO / "tools"))
     import roofline_accuracy
-    from jitflops.calibration import calibrate
+    from jitflops.timing.calibration import calibrate
 
     spec = calibrate("cpu")
     rows = [roofline_accuracy.accuracy(name, spec, repeats) for name in roofline_accuracy.MODELS]

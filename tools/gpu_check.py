@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO))
 from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
 
 from jitflops import memory_footprint, profile_model  # noqa: E402
-from jitflops.calibration import calibrate  # noqa: E402
-from jitflops.devices import DeviceSpec, spec_of_gpu  # noqa: E402
+from jitflops.timing.calibration import calibrate  # noqa: E402
+from jitflops.estimates.devices import DeviceSpec, spec_of_gpu  # noqa: E402
 from jitflops.examples import all_examples  # noqa: E402
 
 MODELS = ["bert-base", "gpt2", "vit-b16", "resnet-50", "mobilenet-v2", "t5-small", "llama-gqa"]

@@ -30,9 +30,9 @@ from torch.profiler import ProfilerActivity, profile
 from torch.profiler._memory_profiler import MemoryProfileTimeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from jitflops.errors import TraceError  # noqa: E402
-from jitflops.fake_sharding import ShardingError, shard_like_tensor_parallel, sharding_units  # noqa: E402
-from jitflops.memory_footprint import memory_footprint  # noqa: E402
+from jitflops.core.errors import TraceError  # noqa: E402
+from jitflops.estimates.fake_sharding import ShardingError, shard_like_tensor_parallel, sharding_units  # noqa: E402
+from jitflops.estimates.memory_footprint import memory_footprint  # noqa: E402
 
 SMALL = dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
              max_position_embeddings=512)

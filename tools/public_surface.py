@@ -28,7 +28,7 @@ def public_names(module_name: str) -> list[str]:
     return sorted(
         name for name, value in vars(module).items()
         if not name.startswith("_") and not inspect.ismodule(value)
-        and (getattr(value, "__module__", module_name) == module_name or not callable(value) and not inspect.isclass(value))
+        and (getattr(value, "__module__", module.__name__) == module.__name__ or not callable(value) and not inspect.isclass(value))
         and name not in ("annotations", "TYPE_CHECKING")
     )
 

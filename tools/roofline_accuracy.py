@@ -1,6 +1,6 @@
 """The roofline's measured error: calibrate this machine, predict the zoo's forward, time it.
 
-For each model (real weights, its zoo inputs): the predicted forward (:mod:`jitflops.roofline` with
+For each model (real weights, its zoo inputs): the predicted forward (:mod:`jitflops.estimates.roofline` with
 the spec ``jitflops calibrate`` measures here) against the timed pass's median, and per module, among
 the leaf modules that cover 80% of the measured time, the error of each. Prints a markdown table
 (``docs/benchmarks.md`` keeps the latest) and writes the figures as JSON.
@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from jitflops import profile_model  # noqa: E402
-from jitflops.calibration import calibrate  # noqa: E402
-from jitflops.devices import DeviceSpec, device_spec  # noqa: E402
+from jitflops.timing.calibration import calibrate  # noqa: E402
+from jitflops.estimates.devices import DeviceSpec, device_spec  # noqa: E402
 from jitflops.examples import all_examples  # noqa: E402
 
 MODELS = ["bert-base", "gpt2", "vit-b16", "resnet-50", "mobilenet-v2", "t5-small", "llama-gqa"]

@@ -7,7 +7,7 @@ forms, attention, and recurrent layers (their output sequence).
 
 from __future__ import annotations
 
-from ..records import OpRecord
+from ..core.records import OpRecord
 from .attention import ATTENTION_KERNELS, SEQUENCE_FIRST_KERNELS
 from .convolution import CONVOLUTION_KINDS, TRANSPOSED_KINDS
 from .registry import ACTIVATION_FORMULAS, with_inplace

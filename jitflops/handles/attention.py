@@ -17,8 +17,8 @@ attention="masked")``) counts the useful work instead: the (query, key) pairs th
 ``is_causal`` keeps ``min(i + 1, S)`` keys for query ``i`` (torch's top-left alignment: L(L+1)/2
 when the lengths are equal); an explicit mask (sliding windows, chunks, padding, block-sparse
 patterns) keeps the entries it lets through, read as the op ran (by the dispatch backend; under the
-JIT, whose trace holds no values, by one eager run: :mod:`jitflops.jit_mask_readings`). Attention written out in products and a
-softmax counts its two products by the scores the mask keeps (:mod:`jitflops.masked_scores`).
+JIT, whose trace holds no values, by one eager run: :mod:`jitflops.frontends.jit_mask_readings`). Attention written out in products and a
+softmax counts its two products by the scores the mask keeps (:mod:`jitflops.frontends.masked_scores`).
 
 The dispatch front end sees the kernels (flash, memory-efficient, cuDNN, the CPU flash kernel),
 with the same ``query``/``key``/``value`` layout, and their backward: the gradients of query, key
@@ -40,8 +40,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from ..errors import OpShapeError
-from ..records import RECOMPUTE, OpRecord, TensorMeta
+from ..core.errors import OpShapeError
+from ..core.records import RECOMPUTE, OpRecord, TensorMeta
 from .einsum import einsum_flops
 from .linear_algebra import baddbmm_flops, matmul_flops
 from .registry import FLOP_FORMULAS, FormulaTable, short_op_name
@@ -179,7 +179,7 @@ def masked_attention_flops(op: OpRecord) -> int:
 def masked_product_flops(op: OpRecord) -> int:
     """Eager attention (``softmax(q @ k^T + mask) @ v`` in products): the scores product counts the
     scores its mask keeps, the weights product the weights it keeps, where the dispatch backend
-    marked them (:mod:`jitflops.masked_scores`); any other product counts dense."""
+    marked them (:mod:`jitflops.frontends.masked_scores`); any other product counts dense."""
     dense = {"aten::baddbmm": baddbmm_flops, "aten::einsum": einsum_flops}.get(op.kind, matmul_flops)(op)
     for meta in (op.outputs[0], left_operand(op)):
         if isinstance(meta, TensorMeta) and meta.kept is not None:

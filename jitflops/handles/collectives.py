@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..process_groups import ProcessGroupMeta
-from ..records import OpRecord, TensorMeta
+from ..core.process_groups import ProcessGroupMeta
+from ..core.records import OpRecord, TensorMeta
 from .registry import FormulaTable
 
 COMMUNICATION_FORMULAS = FormulaTable("communication formulas")

@@ -6,7 +6,7 @@ what the forward costs; the bias gradient, a sum, is not counted.
 
 from __future__ import annotations
 
-from ..records import OpRecord
+from ..core.records import OpRecord
 from .registry import FLOP_FORMULAS
 from .shapes import prod
 

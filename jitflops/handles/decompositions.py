@@ -26,7 +26,7 @@ run (``_linalg_solve_ex``, ``linalg_inv_ex``, ``_linalg_det``, ``_linalg_svd``, 
 
 from __future__ import annotations
 
-from ..records import OpRecord
+from ..core.records import OpRecord
 from .registry import FLOP_FORMULAS
 from .shapes import prod
 

@@ -16,7 +16,7 @@ once per set that needs one) with one multiply-add per pair per feature, as the 
 
 from __future__ import annotations
 
-from ..records import OpRecord
+from ..core.records import OpRecord
 from .registry import FLOP_FORMULAS
 from .shapes import prod
 

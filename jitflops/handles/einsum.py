@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ..errors import OpShapeError
-from ..records import OpRecord, TensorMeta
+from ..core.errors import OpShapeError
+from ..core.records import OpRecord, TensorMeta
 from .registry import FLOP_FORMULAS
 from .shapes import prod
 

@@ -21,7 +21,7 @@ looked up (a padding's borders, overlapping ``unfold`` windows, ``embedding_bag`
 
 from __future__ import annotations
 
-from ..records import OpRecord
+from ..core.records import OpRecord
 from .registry import ELEMENTWISE_FLOP_FORMULAS, with_inplace
 from .shapes import prod
 

@@ -12,7 +12,7 @@ weights are recorded as the weight tensor they hold (its shape).
 
 from __future__ import annotations
 
-from ..records import OpRecord
+from ..core.records import OpRecord
 from .convolution import conv_macs
 from .registry import FormulaTable
 from .shapes import prod

@@ -13,8 +13,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..errors import OpShapeError
-from ..records import OpRecord, TensorMeta
+from ..core.errors import OpShapeError
+from ..core.records import OpRecord, TensorMeta
 from .decompositions import inverse_macs
 from .einsum import Sizes, sumproduct_pair_macs
 from .registry import FLOP_FORMULAS, with_inplace

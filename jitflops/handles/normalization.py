@@ -12,7 +12,7 @@ counted as twice the forward (the gradients of the input and of the affine param
 
 from __future__ import annotations
 
-from ..records import OpRecord
+from ..core.records import OpRecord
 from .registry import FLOP_FORMULAS
 from .shapes import prod
 

@@ -14,8 +14,8 @@ and of the weights).
 
 from __future__ import annotations
 
-from ..errors import OpShapeError
-from ..records import OpRecord, TensorMeta
+from ..core.errors import OpShapeError
+from ..core.records import OpRecord, TensorMeta
 from .registry import FLOP_FORMULAS
 from .shapes import prod
 

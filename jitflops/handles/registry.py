@@ -3,7 +3,7 @@
 Two kinds of handle are accepted everywhere a handle is:
 
 * a :class:`ShapeFormula`, jitflops' own: a small pure function of an
-  :class:`~jitflops.records.OpRecord`, registered with a decorator. It works with
+  :class:`~jitflops.core.records.OpRecord`, registered with a decorator. It works with
   every front end (the JIT trace today, the dispatch backend later).
 * any other callable is an fvcore-style handle: it receives the op's JIT
   ``torch._C.Value`` inputs and outputs, exactly as ``fvcore`` calls it, so handles
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from numbers import Number
 from typing import Any, Callable, Optional, Union
 
-from ..records import JitOpRecord, OpRecord
+from ..core.records import JitOpRecord, OpRecord
 
 Count = Union[Number, typing.Counter[str]]
 FvcoreHandle = Callable[[list, list], Count]

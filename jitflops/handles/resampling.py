@@ -14,7 +14,7 @@ neighbours, so a backward costs what its forward costs.
 
 from __future__ import annotations
 
-from ..records import OpRecord
+from ..core.records import OpRecord
 from .registry import FLOP_FORMULAS
 from .shapes import prod
 
@@ -98,7 +98,7 @@ INTERPOLATION_NEIGHBOURS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bili
 
 @FLOP_FORMULAS.register("jitflops::resample")
 def symbolic_resample_flops(op: OpRecord) -> int:
-    """``F.interpolate`` to sizes in symbols (:mod:`jitflops.symbolic_counts`), by its mode."""
+    """``F.interpolate`` to sizes in symbols (:mod:`jitflops.engine.symbolic_counts`), by its mode."""
     return op.output_numel() * INTERPOLATION_NEIGHBOURS[op.arg("mode")]
 
 

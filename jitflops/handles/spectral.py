@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-from ..records import OpRecord
+from ..core.records import OpRecord
 from .registry import FLOP_FORMULAS
 from .shapes import prod
 

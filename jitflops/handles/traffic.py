@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping, Optional
 
 import torch
 
-from ..records import OpRecord, TensorMeta
+from ..core.records import OpRecord, TensorMeta
 from .registry import FormulaTable, Handle, ShapeFormula
 from .zero_cost import aten_kinds
 

@@ -1,1 +1,2 @@
-"""Callbacks for the training loops people use: ``transformers.Trainer`` and Lightning."""
+"""Callbacks for the training loops people use (``transformers.Trainer`` and Lightning), and what they
+measure of a training step."""

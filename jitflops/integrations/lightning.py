@@ -23,8 +23,8 @@ try:
 except ImportError:  # the standalone package
     import pytorch_lightning as pl  # type: ignore[no-redef]
 
-from ..model_io import ModelCall
-from ..training_step import TrainingCallbackBase, loss_backward
+from ..core.model_io import ModelCall
+from .training_step import TrainingCallbackBase, loss_backward
 
 
 class _TrainingStep(nn.Module):
@@ -40,7 +40,7 @@ class _TrainingStep(nn.Module):
 
 
 class FlopsCallback(TrainingCallbackBase, pl.Callback):
-    """See :class:`~jitflops.training_step.TrainingCallbackBase` for the settings."""
+    """See :class:`~jitflops.integrations.training_step.TrainingCallbackBase` for the settings."""
 
     _flops: Optional[int] = None
     """The FLOPs of the batch being timed (None: this batch is not logged)."""

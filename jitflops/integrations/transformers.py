@@ -18,13 +18,13 @@ from typing import Any, Optional
 from torch import nn
 from transformers import TrainerCallback
 
-from ..model_io import ModelCall
-from ..training_step import TrainingCallbackBase, loss_backward
+from ..core.model_io import ModelCall
+from .training_step import TrainingCallbackBase, loss_backward
 
 
 class FlopsCallback(TrainingCallbackBase, TrainerCallback):
     def __init__(self, *settings: Any, **named: Any) -> None:
-        """See :class:`~jitflops.training_step.TrainingCallbackBase` for the settings."""
+        """See :class:`~jitflops.integrations.training_step.TrainingCallbackBase` for the settings."""
         super().__init__(*settings, **named)
         self._model: Optional[nn.Module] = None
         self._hook: Any = None

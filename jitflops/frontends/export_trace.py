@@ -1,0 +1,362 @@
+"""The export front end: an ``ExportedProgram``'s graph read statically, without running anything.
+
+``torch.export`` (non-strict) leaves every call node with what a count needs: its op
+(``aten.linear``, ``aten.scaled_dot_product_attention``: export keeps the high-level ops the JIT's
+handles read), its module scope (``meta["nn_module_stack"]``, outermost first) and a fake tensor
+of each value (``meta["val"]``), whose sizes are symbols where the program was exported with
+dynamic shapes. Each call node becomes an :class:`~jitflops.core.records.EagerOpRecord` for the same
+handles as the other front ends. With symbolic sizes, a count is an expression in them
+(:func:`jitflops.engine.symbolic_counts.program_formula`); a count in numbers evaluates them at the sizes of the inputs given, or
+at the sizes the program was exported with.
+
+A program comes from a model (:func:`export_model`), as an ``ExportedProgram``, or from a ``.pt2``
+file (:func:`load_program`, which is ``torch.export.load``: see ``docs/front-ends.md`` for what that
+trusts). Its module hierarchy, parameters included, is rebuilt by ``torch.export.unflatten``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import re
+import sys
+import traceback
+import warnings
+import weakref
+import zipfile
+from contextlib import ExitStack
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
+
+import sympy
+import torch
+from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.utils import _pytree as pytree
+
+from .dispatch_trace import DispatchTrace, Signature
+from ..core.errors import JitflopsError, TraceError
+from ..core.model_guard import preserved
+from ..core.model_io import ModelCall, tensor_leaves
+from ..core.records import FORWARD, EagerOpRecord, TensorMeta
+
+ProgramSource = Union["torch.export.ExportedProgram", str, "os.PathLike[str]"]
+"""An exported program, or the path of a ``.pt2`` file holding one."""
+
+Sizes = Mapping[sympy.Symbol, int]
+"""A value for each of a program's size symbols."""
+
+_WRAPPERS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
+"""Higher-order ops that only run a submodule's graph under a setting: their nodes are counted."""
+
+
+class ProgramError(JitflopsError):
+    """A program that cannot be read, or inputs it cannot take: names the file, or the input and size.
+    (A model that cannot be exported gets a :class:`~jitflops.core.errors.TraceError` naming the module.)"""
+
+
+def is_program_source(value: Any) -> bool:
+    return isinstance(value, (torch.export.ExportedProgram, str, os.PathLike))
+
+
+class _Logged(logging.Handler):
+    """What torch.export.load logs: it logs why it cannot deserialize, and raises a generic error."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.text: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.text.append(record.getMessage() + ("\n" + "".join(traceback.format_exception(*record.exc_info)) if record.exc_info else ""))
+
+
+def _load(path: str) -> tuple[Optional["torch.export.ExportedProgram"], Optional[Exception], str]:
+    """``torch.export.load``: the program, or the error and what torch logged of its cause."""
+    logged = _Logged()
+    logger = logging.getLogger("torch.export")
+    handlers, propagate = logger.handlers, logger.propagate
+    logger.handlers, logger.propagate = [logged], False  # its traceback is said in one line, or not at all
+    try:
+        return torch.export.load(path), None, ""
+    except Exception as error:
+        return None, error, "\n".join(logged.text)
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
+
+
+def load_program(path: Union[str, "os.PathLike[str]"]) -> "torch.export.ExportedProgram":
+    """``torch.export.load`` with an error that names the file where it is not a program. A
+    program whose inputs or outputs are instances of a class registered with pytree by its package
+    (transformers' ``ModelOutput`` s) needs that package imported to be read: the module that
+    defines the class is imported, once, and the file read again."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ProgramError(f"{path}: no such file (a .pt2 file written by torch.export.save is expected)")
+    if not zipfile.is_zipfile(path):
+        raise ProgramError(f"{path}: not a .pt2 archive (torch.export.save writes a zip archive; this is not one)")
+    program, error, logged = _load(path)
+    unregistered = re.search(r"Deserializing (\S+) in pytree is not registered", logged)
+    if program is None and unregistered:
+        module = unregistered.group(1).rpartition(".")[0]
+        try:
+            importlib.import_module(module)
+        except ImportError as missing:
+            raise ProgramError(f"{path}: the program's inputs or outputs are {unregistered.group(1)}, and {module} cannot be imported ({missing})") from error
+        program, error, logged = _load(path)
+    if program is None:
+        assert error is not None
+        reason = next((line.strip() for line in reversed(logged.splitlines()) if line.strip() and not line.startswith(" ")), str(error).strip().splitlines()[0])
+        raise ProgramError(f"{path}: torch.export.load cannot read it as an exported program ({reason})") from error
+    return program
+
+
+def program_of(source: ProgramSource) -> "torch.export.ExportedProgram":
+    return source if isinstance(source, torch.export.ExportedProgram) else load_program(source)
+
+
+_MODULES: "weakref.WeakKeyDictionary[torch.export.ExportedProgram, nn.Module]" = weakref.WeakKeyDictionary()
+
+
+def module_of(program: "torch.export.ExportedProgram") -> nn.Module:
+    """The program's module hierarchy with its parameters (``torch.export.unflatten``), else its
+    flat graph module (a program unflatten cannot rebuild); the same module for the same program,
+    so that analyses of one program share its recording."""
+    module = _MODULES.get(program)
+    if module is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # torch's own pytree deprecations, inside unflatten
+                module = torch.export.unflatten(program)
+        except Exception:
+            module = program.module()
+        _MODULES[program] = module
+    return module
+
+
+class _TensorOutputs(nn.Module):
+    """The model, returning the tensors of its output only: export takes no output type it cannot
+    flatten (a generation cache). The model is its child ``model``: scopes are read under it."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        return tensor_leaves(self.model(*args, **kwargs))
+
+
+def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.Module], Any]] = None) -> tuple["torch.export.ExportedProgram", str]:
+    """``torch.export.export(strict=False)`` of the call, and the name the model has in the
+    program ("" for itself; ``"model"`` where an output export cannot flatten made it export the
+    model's tensor outputs). ``dims``: the ``dynamic_shapes`` for a module exported. An error
+    names the innermost module that was running when export failed."""
+    names = {module: name for name, module in model.named_modules()}
+    running: list[str] = []
+    failed: list[str] = []
+
+    def entered(module: nn.Module, _inputs: Any) -> None:
+        if module in names:
+            running.append(names[module])
+
+    def left(module: nn.Module, _inputs: Any, _output: Any) -> None:
+        if module in names and running and running[-1] == names[module]:
+            if not failed and sys.exc_info()[1] is not None:
+                failed.append(running[-1])
+            running.pop()
+
+    def exported(module: nn.Module) -> "torch.export.ExportedProgram":
+        return torch.export.export(module, call.args, call.kwargs, dynamic_shapes=dims(module) if dims else None, strict=False)
+
+    with ExitStack() as stack:
+        stack.enter_context(preserved(model))  # export runs the model's Python: what it sets on modules is put back
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", message=".*were assigned during export")  # an LSTM's own _flat_weights
+        stack.callback(register_module_forward_pre_hook(entered).remove)
+        stack.callback(register_module_forward_hook(left, always_call=True).remove)
+        try:
+            try:
+                return exported(model), ""
+            except Exception as error:
+                if "not a known" not in str(error) and "pytree" not in str(error):
+                    raise
+                running.clear()
+                return exported(_TensorOutputs(model)), "model"
+        except Exception as error:
+            scope = failed[0] if failed else (running[-1] if running else "")
+            module = model.get_submodule(scope) if scope else model
+            raise TraceError(scope, type(module).__name__, error, "exporting") from error
+
+
+# ------------------------------------------------------------------------------------- sizes
+
+
+def _user_input_values(program: "torch.export.ExportedProgram") -> list[Any]:
+    """The fake values of the program's user inputs, in its call's order."""
+    user = set(program.graph_signature.user_inputs)
+    return [node.meta.get("val") for node in program.graph.nodes if node.op == "placeholder" and node.name in user]
+
+
+def _flat_call(program: "torch.export.ExportedProgram", call: ModelCall) -> list[Any]:
+    """The call's arguments flattened as the program's call spec flattens them (keyword arguments in its order)."""
+    spec = program.call_spec.in_spec
+    keys = list(_children(spec)[1].context) if spec is not None and spec.num_children == 2 else list(call.kwargs)
+    unknown = sorted(set(call.kwargs) - set(keys))
+    if unknown:
+        raise ProgramError(f"the program takes no keyword argument {', '.join(map(repr, unknown))} (it takes {', '.join(map(repr, keys)) or 'none'})")
+    return pytree.tree_leaves((call.args, {key: call.kwargs[key] for key in keys if key in call.kwargs}))
+
+
+def program_sizes(program: "torch.export.ExportedProgram", call: Optional[ModelCall]) -> dict[sympy.Symbol, int]:
+    """A value for every size symbol of ``program``: the size of the input dimension it stands
+    for in ``call``, else the size the program was exported with."""
+    values = _user_input_values(program)
+    env = next((value.fake_mode.shape_env for value in values if isinstance(value, torch.Tensor) and getattr(value, "fake_mode", None)), None)
+    hints = (env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val) if env is not None else {}
+    sizes: dict[sympy.Symbol, int] = {symbol: int(value) for symbol, value in hints.items()}
+    if call is None:
+        return sizes
+    given = [leaf for leaf in _flat_call(program, call) if isinstance(leaf, torch.Tensor)]
+    expected = [value for value in values if isinstance(value, torch.Tensor)]
+    if len(given) != len(expected):
+        raise ProgramError(f"the program takes {len(expected)} tensor inputs, the call gives {len(given)}")
+    for index, (tensor, fake) in enumerate(zip(given, expected)):
+        if tensor.dim() != fake.dim():
+            raise ProgramError(f"input {index} has {tensor.dim()} dimensions, the program's has {fake.dim()} ({list(fake.shape)})")
+        for dim, size in enumerate(fake.shape):
+            if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                sizes[size.node.expr] = int(tensor.shape[dim])
+    for symbol, bounds in program.range_constraints.items():
+        value = sizes.get(symbol)
+        if value is not None and not (bounds.lower <= value <= bounds.upper):
+            raise ProgramError(f"a size the program calls {symbol} is {value} in the inputs given; the program was exported for {bounds.lower} to {bounds.upper}")
+    for index, (tensor, fake) in enumerate(zip(given, expected)):
+        shape = [_evaluated(size, sizes) for size in fake.shape]
+        if shape != list(tensor.shape):
+            raise ProgramError(f"input {index} has shape {list(tensor.shape)}, the program was exported for {list(fake.shape)} ({shape} with these sizes)")
+    return sizes
+
+
+def _evaluated(value: Any, sizes: Sizes) -> Any:
+    """A symbolic size (or float) as its number at ``sizes``; anything else as it is."""
+    if isinstance(value, torch.SymInt):
+        return int(value.node.expr.xreplace(sizes))
+    if isinstance(value, torch.SymFloat):
+        return float(value.node.expr.xreplace(sizes))
+    if isinstance(value, torch.SymBool):
+        return bool(value.node.expr.xreplace(sizes))
+    return value
+
+
+def _known(value: Any, sizes: Sizes) -> bool:
+    """Whether ``sizes`` give a value to every symbol of ``value``: not so for a size the values
+    decide (``nonzero``'s output: an unbacked symbol, which no input fixes)."""
+    return not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) or value.node.expr.free_symbols <= sizes.keys()
+
+
+def _concrete(value: Any, sizes: Sizes) -> Any:
+    """A decoded argument with its symbolic sizes evaluated at ``sizes``; a tensor whose size the
+    values decide has no shape (a handle that needs it says so, naming the op and its module)."""
+    if isinstance(value, TensorMeta):
+        if value.shape is None or not all(_known(size, sizes) for size in value.shape):
+            return TensorMeta(None, value.dtype)
+        return TensorMeta(tuple(_evaluated(size, sizes) for size in value.shape), value.dtype, value.kept)
+    if not _known(value, sizes):
+        return None
+    if isinstance(value, list):
+        return [_concrete(item, sizes) for item in value]
+    return _evaluated(value, sizes)
+
+
+# ----------------------------------------------------------------------------------- records
+
+
+def _scope(node: "torch.fx.Node", aliases: Mapping[Any, str], inner: str) -> str:
+    """The node's full scope path (``"/encoder/encoder.layer.0"``), canonical names, root first;
+    ``inner``: the model's own name in the program, left out ("" where the program is the model's)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    paths = (path for path, _type in stack.values())
+    if inner:
+        paths = ("" if path == inner else path[len(inner) + 1:] if path.startswith(inner + ".") else "" for path in paths)
+    names = (aliases.get(path, path) for path in paths)
+    return "/".join(["", *dict.fromkeys(name for name in names if name)])
+
+
+def _nodes(graph_module: "torch.fx.GraphModule") -> Iterator["torch.fx.Node"]:
+    """The graph's call nodes, the nodes of what a wrapper higher-order op runs in their place."""
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = getattr(node.target, "__name__", "")
+        if isinstance(node.target, torch._ops.HigherOrderOperator) and name in _WRAPPERS:
+            body = next(arg for arg in node.args if isinstance(arg, torch.fx.Node) and arg.op == "get_attr")
+            yield from _nodes(getattr(graph_module, body.target))
+        else:
+            yield node
+
+
+def _value(argument: Any) -> Any:
+    """A node's argument with each graph value as its fake value."""
+    return pytree.tree_map_only(torch.fx.Node, lambda node: node.meta.get("val"), argument)
+
+
+def program_records(program: "torch.export.ExportedProgram", aliases: Mapping[Any, str], sizes: Optional[Sizes], inner: str = "") -> list[tuple[str, EagerOpRecord]]:
+    """Each op call of ``program`` as a record with its scope path, sizes evaluated at ``sizes``
+    (None: left as symbols). A call of something that is not an aten op (a higher-order op other
+    than the wrappers, a Python operator on sizes) is recorded by its name with no schema."""
+    signatures: dict[Any, Signature] = {}
+    records = []
+    for node in _nodes(program.graph_module):
+        target = node.target
+        path = _scope(node, aliases, inner)
+        module = path.rpartition("/")[2]
+        if isinstance(target, torch._ops.OpOverload):
+            signature = signatures.get(target)
+            if signature is None:
+                signature = signatures[target] = Signature.of(target._schema)
+            record = signature.record(_value(node.args), _value(node.kwargs), node.meta.get("val"), module, FORWARD)
+        elif isinstance(target, torch._ops.HigherOrderOperator):
+            record = EagerOpRecord(f"higher_order::{target.__name__}", [], [], None, module)
+        else:
+            continue  # Python arithmetic on sizes, getitem of a tuple output: no work of its own
+        if sizes is not None:
+            record = EagerOpRecord(record.kind, _concrete(record.inputs, sizes), _concrete(record.outputs, sizes), record.arg_names, module)
+        records.append((path, record))
+    return records
+
+
+def record_program(program: "torch.export.ExportedProgram", aliases: Mapping[Any, str], call: Optional[ModelCall], inner: str = "") -> DispatchTrace:
+    """The program's ops, sized for ``call`` (None: the sizes it was exported with): an op source
+    for the engine. ``inner``: the model's name in the program (:func:`export_model`)."""
+    return DispatchTrace(tuple(program_records(program, aliases, program_sizes(program, call), inner)))
+
+
+def _labels(program: "torch.export.ExportedProgram") -> list[Union[str, int]]:
+    """Each user input's label: its keyword, or its place (among the flattened inputs, where an input is a structure)."""
+    spec = program.call_spec.in_spec
+    values = _user_input_values(program)
+    labels: list[Union[str, int]] = []
+    if spec is not None and spec.num_children == 2:
+        positional, keywords = _children(spec)
+        labels = list(range(positional.num_children)) + list(keywords.context)
+    return labels if len(labels) == len(values) else list(range(len(values)))
+
+
+def input_dims(program: "torch.export.ExportedProgram") -> set[tuple[Union[str, int], int]]:
+    """Every (input, dimension) of the program's tensor inputs."""
+    return {(label, dim) for label, value in zip(_labels(program), _user_input_values(program)) if isinstance(value, torch.Tensor) for dim in range(value.dim())}
+
+
+def dims_of_program(program: "torch.export.ExportedProgram") -> dict[tuple[Union[str, int], int], sympy.Symbol]:
+    """(input, dimension) -> the program's size symbol there, for each input dimension that is one."""
+    found: dict[tuple[Union[str, int], int], sympy.Symbol] = {}
+    for label, value in zip(_labels(program), _user_input_values(program)):
+        if isinstance(value, torch.Tensor):
+            for dim, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                    found[(label, dim)] = size.node.expr
+    return found
+
+
+def _children(spec: Any) -> list[Any]:
+    """A tree spec's children (``children()`` where torch has it; ``children_specs`` is deprecated)."""
+    return list(spec.children()) if callable(getattr(spec, "children", None)) else list(spec.children_specs)

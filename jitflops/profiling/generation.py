@@ -1,0 +1,127 @@
+"""Generation counted step by step: the prefill, then each decode step over a growing KV cache.
+
+``model.generate()`` runs the model once over the prompt (the prefill) and then once per new token
+(decode steps), each attending over every position before it: a decode step's attention grows
+with the cache while its other work (projections, MLPs, the output layer) stays one token's.
+:func:`count_generation` runs ``generate`` once and counts every forward it makes, in order, each
+distinct call once (a step's count depends on its shapes and the cache's length only), so that
+the whole, the prefill, each decode step, the MACs per generated token and the cache's share can
+be read apart (DeepSpeed counts the whole only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Hashable
+
+import torch
+from torch import nn
+
+from ..engine.flop_count import FlopCountAnalysis
+from ..handles import short_op_name
+from ..handles.attention import ATTENTION_KERNELS, SEQUENCE_FIRST_KERNELS
+from ..core.model_io import ModelCall, is_stateful, tensors_inside
+
+_ATTENTION_KEYS = frozenset(short_op_name(kind) for kind in ("aten::scaled_dot_product_attention", *ATTENTION_KERNELS, *SEQUENCE_FIRST_KERNELS))
+
+
+@dataclass(frozen=True)
+class StepCount:
+    """One forward of the generation: how many new tokens it took, over how many positions its
+    attention looked (cache + new), its MACs and the part of them in attention products."""
+
+    tokens: int
+    positions: int
+    macs: int
+    attention_macs: int
+
+
+@dataclass(frozen=True)
+class GenerationCount:
+    """Every forward of one ``generate()`` call, in order: the prefill first, then the decode steps."""
+
+    steps: tuple[StepCount, ...]
+
+    @property
+    def prefill(self) -> StepCount:
+        return self.steps[0]
+
+    @property
+    def decode(self) -> tuple[StepCount, ...]:
+        return self.steps[1:]
+
+    @property
+    def macs(self) -> int:
+        return sum(step.macs for step in self.steps)
+
+    @property
+    def decode_macs(self) -> int:
+        return sum(step.macs for step in self.decode)
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens generated: one from the prefill's last position, one per decode step."""
+        return len(self.steps)
+
+    @property
+    def macs_per_generated_token(self) -> float:
+        """All MACs of the generation (the prefill included) per token generated."""
+        return self.macs / self.generated_tokens
+
+    @property
+    def decode_macs_per_token(self) -> float:
+        return self.decode_macs / len(self.decode) if self.decode else 0.0
+
+    @property
+    def kv_cache_share(self) -> float:
+        """The share of the decode steps' MACs spent attending over the cache (the attention
+        products of the ``generate`` decode steps: what grows with the context)."""
+        return sum(step.attention_macs for step in self.decode) / self.decode_macs if self.decode_macs else 0.0
+
+
+def _past_positions(call: ModelCall) -> int:
+    """How many positions the call's generation cache holds already (0: none, or empty)."""
+    for leaf in (*call.args, *call.kwargs.values()):
+        if is_stateful(leaf):
+            keys = [tensor for tensor in tensors_inside(leaf) if tensor.dim() >= 3]
+            return int(keys[0].shape[-2]) if keys else 0
+    return 0
+
+
+def _new_tokens(call: ModelCall) -> int:
+    ids = call.kwargs.get("input_ids", call.args[0] if call.args else None)
+    if ids is None:
+        ids = call.kwargs.get("inputs_embeds")
+        return int(ids.shape[1]) if ids is not None else 0
+    return int(ids.shape[-1])
+
+
+def count_generation(model: nn.Module, *args: Any, **kwargs: Any) -> GenerationCount:
+    """Run ``model.generate(*args, **kwargs)`` once (without gradients) and count each forward
+    it makes (the JIT, or the dispatch backend where the JIT cannot trace the model)."""
+    generate = getattr(model, "generate", None)
+    if not callable(generate):
+        raise TypeError(f"count_generation needs a model with a generate() method; {type(model).__name__} has none")
+    calls: list[ModelCall] = []
+
+    def capture(module: nn.Module, call_args: tuple, call_kwargs: dict) -> None:
+        calls.append(ModelCall(tuple(call_args), dict(call_kwargs)).fresh())  # the cache as this step found it
+
+    handle = model.register_forward_pre_hook(capture, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            generate(*args, **kwargs)
+    finally:
+        handle.remove()
+    counted: dict[Hashable, tuple[int, int]] = {}
+    steps = []
+    for call in calls:
+        key = call.signature()
+        if key not in counted:
+            analysis = FlopCountAnalysis(model, call.args, call.kwargs).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+            by_op = analysis.by_operator()
+            counted[key] = (analysis.total(), sum(n for op, n in by_op.items() if op in _ATTENTION_KEYS))
+        macs, attention = counted[key]
+        tokens = _new_tokens(call)
+        steps.append(StepCount(tokens, _past_positions(call) + tokens, macs, attention))
+    return GenerationCount(tuple(steps))
