@@ -28,3 +28,15 @@ def test_every_public_name_is_importable_where_it_was(path):
     assert not missing, f"{path} no longer gives {missing}"
     if hasattr(module, "__all__"):
         assert sorted(module.__all__) == PINNED[path]  # nothing added to or dropped from __all__ unnoticed
+
+
+def test_loading_the_old_module_paths_leaves_the_packages_functions_of_the_same_name():
+    """``jitflops.flop_count`` is fvcore's function and also a module path: loading the path (the
+    package loads each one first) must not replace the function on the package."""
+    for path in PINNED:
+        importlib.import_module(path)
+    import jitflops
+
+    assert all(callable(getattr(jitflops, name)) and not isinstance(getattr(jitflops, name), type(jitflops))
+               for name in ("flop_count", "activation_count", "parameter_count"))
+    assert sys.modules["jitflops.flop_count"] is sys.modules["jitflops.engine.flop_count"]
