@@ -3,6 +3,7 @@ counts, the dispatch backend (which runs the model) and fresh counts at new size
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import warnings
@@ -17,9 +18,10 @@ from torch.export import Dim
 
 from jitflops import ActivationCountAnalysis, ByteCountAnalysis, FlopCountAnalysis, parameter_count
 from jitflops.cli import main
-from jitflops.core.errors import JitFallbackWarning, TraceError
+from jitflops.core.errors import DataDependentTraceWarning, JitFallbackWarning, JitflopsError, TraceError
+from jitflops.core.model_io import ModelCall
 from jitflops.examples import all_examples
-from jitflops.frontends.export_trace import ProgramError
+from jitflops.frontends.export_trace import ProgramError, _check_drafted_sizes
 
 transformers = pytest.importorskip("transformers")
 
@@ -127,13 +129,70 @@ class Branching(nn.Module):
 
 class DataDependent(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * 2 if x.sum() > 0 else x  # a branch on values: export cannot take it
+        return x * float(x.numpy().sum())  # reads the tensor's memory, which no export has
 
 
 def test_an_export_that_fails_names_the_module(monkeypatch):
     model, x = Branching(), torch.ones(2, 8)
     with pytest.raises(TraceError, match=r"exporting failed in module 'body.1' \(DataDependent\)"):
         FlopCountAnalysis(model, x, backend="export").total()
+
+
+class BranchOnValues(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.narrow, self.wide = nn.Linear(8, 8), nn.Linear(8, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.narrow(x) if x.sum() > 0 else self.wide(x)  # a branch on values: torch.export cannot take it
+
+
+class KeepsRows(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x[x[:, 0] > 0])  # as many rows as the values keep: a size no input fixes
+
+
+def test_where_values_decide_a_branch_or_a_size_draft_export_counts_these_inputs():
+    """torch.export fails on a branch on values, and leaves a mask-selected size unknown;
+    draft_export exports both with the inputs' values, as the JIT trace and the dispatch backend
+    take them, and a warning says the count holds for these inputs."""
+    model = BranchOnValues()
+    for x, macs in ((torch.ones(2, 8), 2 * 8 * 8), (-torch.ones(2, 8), 2 * 8 * 32)):
+        with pytest.warns(DataDependentTraceWarning, match=r"reads tensor values in the root module .*draft_export exported it with the values of these inputs"):
+            exported = FlopCountAnalysis(model, x, backend="export")
+            assert exported.total() == macs == FlopCountAnalysis(model, x, backend="dispatch").total()
+        assert set(+exported.by_module()) == {"", "narrow" if macs == 2 * 8 * 8 else "wide"}
+    rows = torch.tensor([[1.0, 0, 0, 0], [-1, 0, 0, 0], [2, 0, 0, 0], [3, 0, 0, 0], [-5, 0, 0, 0]])
+    with pytest.warns(DataDependentTraceWarning, match="makes tensors whose sizes their values decide"):
+        exported = FlopCountAnalysis(KeepsRows(), rows, backend="export")
+        assert exported.total() == 3 * 4 * 3 == FlopCountAnalysis(KeepsRows(), rows, backend="dispatch").total()  # 3 rows kept
+
+
+def test_a_draft_whose_values_the_eager_forward_does_not_take_is_refused():
+    """draft_export's run beside fake tensors can take other values than the eager forward
+    (FastSpeech2's durations, in the transformers sweep): the program's output sizes are checked
+    against one eager forward's."""
+    model = KeepsRows()
+    three_kept = torch.tensor([[1.0, 0, 0, 0], [2, 0, 0, 0], [3, 0, 0, 0], [-1, 0, 0, 0]])
+    with _quiet_logs():
+        program = torch.export.draft_export(model, (three_kept,), strict=False)
+    _check_drafted_sizes(program, model, ModelCall((three_kept,)))  # the values it was drafted with
+    two_kept = torch.tensor([[1.0, 0, 0, 0], [2, 0, 0, 0], [-3, 0, 0, 0], [-1, 0, 0, 0]])
+    with pytest.raises(JitflopsError, match=r"draft_export took values the eager forward does not take: its outputs have sizes \[\[3, 3\]\], the forward's \[\[2, 3\]\]"):
+        _check_drafted_sizes(program, model, ModelCall((two_kept,)))
+
+
+@contextlib.contextmanager
+def _quiet_logs():
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def test_without_a_jit_tracer_the_default_call_exports_then_dispatches(monkeypatch):

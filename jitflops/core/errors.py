@@ -41,7 +41,9 @@ class HandleError(JitflopsError):
 
 
 class DataDependentTraceWarning(UserWarning):
-    """The JIT trace met Python control flow that depends on tensor values: it counted the path taken."""
+    """The model's Python depends on tensor values (a branch, a size): the JIT trace, or
+    ``torch.export.draft_export`` where ``torch.export`` cannot export it, took these inputs'
+    values, and the count holds for them."""
 
 
 class IntegerWorkWarning(UserWarning):

@@ -25,17 +25,18 @@ import traceback
 import warnings
 import weakref
 import zipfile
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 import sympy
 import torch
 from torch import nn
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, free_unbacked_symbols
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils import _pytree as pytree
 
 from .dispatch_trace import DispatchTrace, Signature
-from ..core.errors import JitflopsError, TraceError
+from ..core.errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
 from ..core.model_guard import preserved
 from ..core.model_io import ModelCall, tensor_leaves
 from ..core.records import FORWARD, EagerOpRecord, TensorMeta
@@ -145,11 +146,67 @@ class _TensorOutputs(nn.Module):
         return tensor_leaves(self.model(*args, **kwargs))
 
 
+def _data_dependent(error: BaseException) -> bool:
+    """Whether export failed where the model's Python reads a tensor's values (a branch, a size)."""
+    seen: list[BaseException] = []
+    while error is not None and error not in seen:
+        if isinstance(error, GuardOnDataDependentSymNode) or "data-dependent" in str(error) or "Cannot convert symbols to int" in str(error):
+            return True
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _value_sized(program: "torch.export.ExportedProgram") -> bool:
+    """Whether a value of the program has a size that tensor values decide (an unbacked symbol,
+    ``nonzero``'s output), which no input fixes."""
+    return any(free_unbacked_symbols(node.meta.get("val")) for node in program.graph.nodes if node.op == "call_function")
+
+
+@contextmanager
+def _quiet_draft() -> Iterator[None]:
+    """``draft_export`` logs each value it took from the real run, and a banner: what it did is
+    said once, in jitflops' warning."""
+    loggers = [logging.getLogger(name) for name in ("torch.export._draft_export", "torch.fx.experimental.symbolic_shapes")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _check_drafted_sizes(program: "torch.export.ExportedProgram", model: nn.Module, call: ModelCall) -> None:
+    """draft_export takes the values its own run on the real inputs found, a run beside fake
+    tensors that can take another path than the eager forward (FastSpeech2's predicted durations:
+    its decoder ran 8 frames where the eager forward runs 4). The model's forward runs once, and
+    the program's outputs must have its outputs' sizes, or export counts nothing."""
+    with torch.no_grad():
+        eager = [list(tensor.shape) for tensor in tensor_leaves(model(*call.args, **call.kwargs))]
+    sizes = program_sizes(program, None)
+    user = set(program.graph_signature.user_outputs)
+    output = next(node for node in program.graph.nodes if node.op == "output")
+    values = [node.meta.get("val") for node in pytree.tree_leaves(output.args) if isinstance(node, torch.fx.Node) and node.name in user]
+    drafted = [[_evaluated(size, sizes) for size in value.shape] for value in values if isinstance(value, torch.Tensor)]
+    if drafted != eager:
+        raise JitflopsError(f"torch.export.draft_export took values the eager forward does not take: its outputs have sizes {drafted}, "
+                            f"the forward's {eager}; backend='dispatch' counts what the forward runs")
+
+
 def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.Module], Any]] = None) -> tuple["torch.export.ExportedProgram", str]:
     """``torch.export.export(strict=False)`` of the call, and the name the model has in the
     program ("" for itself; ``"model"`` where an output export cannot flatten made it export the
     model's tensor outputs). ``dims``: the ``dynamic_shapes`` for a module exported. An error
-    names the innermost module that was running when export failed."""
+    names the innermost module that was running when export failed.
+
+    Where the model's Python reads tensor values (a branch on them, a size they decide: vision
+    towers' ``grid_thw``, ``nonzero``), export fails or leaves sizes no input fixes; the model is
+    then exported by ``torch.export.draft_export``, which runs it on the real inputs beside the fake
+    ones and takes those values, as a JIT trace does, and a
+    :class:`~jitflops.core.errors.DataDependentTraceWarning` says so: the count holds for these
+    inputs' values."""
     names = {module: name for name, module in model.named_modules()}
     running: list[str] = []
     failed: list[str] = []
@@ -164,9 +221,22 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
                 failed.append(running[-1])
             running.pop()
 
-    def exported(module: nn.Module) -> "torch.export.ExportedProgram":
-        return torch.export.export(module, call.args, call.kwargs, dynamic_shapes=dims(module) if dims else None, strict=False)
+    def exported(module: nn.Module, draft: bool) -> "torch.export.ExportedProgram":
+        export = torch.export.draft_export if draft else torch.export.export
+        return export(module, call.args, call.kwargs, dynamic_shapes=dims(module) if dims else None, strict=False)
 
+    def with_outputs_flattened(draft: bool) -> tuple["torch.export.ExportedProgram", str]:
+        running.clear()
+        failed.clear()
+        try:
+            return exported(model, draft), ""
+        except Exception as error:
+            if "not a known" not in str(error) and "pytree" not in str(error):
+                raise
+            running.clear()
+            return exported(_TensorOutputs(model), draft), "model"
+
+    drafted_because = ""
     with ExitStack() as stack:
         stack.enter_context(preserved(model))  # export runs the model's Python: what it sets on modules is put back
         stack.enter_context(warnings.catch_warnings())
@@ -175,16 +245,27 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
         stack.callback(register_module_forward_hook(left, always_call=True).remove)
         try:
             try:
-                return exported(model), ""
+                program, inner = with_outputs_flattened(draft=False)
+                if _value_sized(program):
+                    drafted_because = "it makes tensors whose sizes their values decide"
             except Exception as error:
-                if "not a known" not in str(error) and "pytree" not in str(error):
+                if not _data_dependent(error):
                     raise
-                running.clear()
-                return exported(_TensorOutputs(model)), "model"
+                scope = failed[0] if failed else (running[-1] if running else "")
+                drafted_because = f"its Python reads tensor values in {describe_scope(scope)} ({str(error).strip().splitlines()[0][:200]})"
+            if drafted_because:
+                with _quiet_draft():
+                    program, inner = with_outputs_flattened(draft=True)
+                _check_drafted_sizes(program, model, call)
         except Exception as error:
             scope = failed[0] if failed else (running[-1] if running else "")
             module = model.get_submodule(scope) if scope else model
             raise TraceError(scope, type(module).__name__, error, "exporting") from error
+    if drafted_because:
+        warnings.warn(f"jitflops: torch.export cannot export the model as it is, since {drafted_because}; "
+                      "torch.export.draft_export exported it with the values of these inputs, so the count holds for them",
+                      DataDependentTraceWarning, stacklevel=3)
+    return program, inner
 
 
 # ------------------------------------------------------------------------------------- sizes
@@ -206,6 +287,11 @@ def _flat_call(program: "torch.export.ExportedProgram", call: ModelCall) -> list
     return pytree.tree_leaves((call.args, {key: call.kwargs[key] for key in keys if key in call.kwargs}))
 
 
+def _decided_value(value: Any) -> Any:
+    """A value draft_export's real run gave a symbol: a size as an int, a flag or a float as sympy's."""
+    return int(value) if getattr(value, "is_Integer", False) or type(value) is int else sympy.sympify(value)
+
+
 def program_sizes(program: "torch.export.ExportedProgram", call: Optional[ModelCall]) -> dict[sympy.Symbol, int]:
     """A value for every size symbol of ``program``: the size of the input dimension it stands
     for in ``call``, else the size the program was exported with."""
@@ -213,8 +299,11 @@ def program_sizes(program: "torch.export.ExportedProgram", call: Optional[ModelC
     env = next((value.fake_mode.shape_env for value in values if isinstance(value, torch.Tensor) and getattr(value, "fake_mode", None)), None)
     hints = (env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val) if env is not None else {}
     sizes: dict[sympy.Symbol, int] = {symbol: int(value) for symbol, value in hints.items()}
+    exported_sizes = dict(sizes)
+    # the sizes values decided, as draft_export's run on the real inputs found them: true at the exported sizes only
+    decided = {symbol: _decided_value(value) for symbol, value in getattr(env, "real_tensor_prop_unbacked_vals", {}).items()}
     if call is None:
-        return sizes
+        return {**decided, **sizes}
     given = [leaf for leaf in _flat_call(program, call) if isinstance(leaf, torch.Tensor)]
     expected = [value for value in values if isinstance(value, torch.Tensor)]
     if len(given) != len(expected):
@@ -233,7 +322,7 @@ def program_sizes(program: "torch.export.ExportedProgram", call: Optional[ModelC
         shape = [_evaluated(size, sizes) for size in fake.shape]
         if shape != list(tensor.shape):
             raise ProgramError(f"input {index} has shape {list(tensor.shape)}, the program was exported for {list(fake.shape)} ({shape} with these sizes)")
-    return sizes
+    return {**decided, **sizes} if sizes == exported_sizes else sizes
 
 
 def _evaluated(value: Any, sizes: Sizes) -> Any:

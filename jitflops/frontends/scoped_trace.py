@@ -293,8 +293,16 @@ def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], s
 
 
 def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool) -> ScopedTrace:
-    """The trace of a model on meta values, with jitflops' meta kernels, refused if it lost an op."""
+    """The trace of a model on meta values, with jitflops' meta kernels, refused if it lost an op.
+
+    The forward runs once on the meta values untraced first: where it needs a value (a tensor
+    inside a list of sizes, Mimi's and EnCodec's padding), an untraced run fails cleanly, while the
+    tracer would fail after stashing the list's traced elements in its thread-local argument stash,
+    which nothing clears, so that every later trace in the thread passing a list of that name fails
+    inside torch (``list_trace[idx] == nullptr``), the trace on real values included."""
     with meta_kernels_for_tracing():
+        with preserved(model), torch.no_grad():
+            model(*call.args, **call.kwargs)
         trace = _trace_with_scopes(model, call, aliases, strict, scope_boundaries)
     lost = lost_values(trace.graph, model)
     if lost:
