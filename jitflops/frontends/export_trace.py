@@ -186,10 +186,7 @@ def _check_drafted_sizes(program: "torch.export.ExportedProgram", model: nn.Modu
     with torch.no_grad():
         eager = [list(tensor.shape) for tensor in tensor_leaves(model(*call.args, **call.kwargs))]
     sizes = program_sizes(program, None)
-    user = set(program.graph_signature.user_outputs)
-    output = next(node for node in program.graph.nodes if node.op == "output")
-    values = [node.meta.get("val") for node in pytree.tree_leaves(output.args) if isinstance(node, torch.fx.Node) and node.name in user]
-    drafted = [[_evaluated(size, sizes) for size in value.shape] for value in values if isinstance(value, torch.Tensor)]
+    drafted = [[_evaluated(size, sizes) for size in value.shape] for value in _user_output_values(program) if isinstance(value, torch.Tensor)]
     if drafted != eager:
         raise JitflopsError(f"torch.export.draft_export took values the eager forward does not take: its outputs have sizes {drafted}, "
                             f"the forward's {eager}; backend='dispatch' counts what the forward runs")
@@ -221,6 +218,10 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
                 failed.append(running[-1])
             running.pop()
 
+    def failing_scope() -> str:
+        """The module export failed in: the first that raised, else the innermost still running."""
+        return failed[0] if failed else (running[-1] if running else "")
+
     def exported(module: nn.Module, draft: bool) -> "torch.export.ExportedProgram":
         export = torch.export.draft_export if draft else torch.export.export
         return export(module, call.args, call.kwargs, dynamic_shapes=dims(module) if dims else None, strict=False)
@@ -251,14 +252,13 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
             except Exception as error:
                 if not _data_dependent(error):
                     raise
-                scope = failed[0] if failed else (running[-1] if running else "")
-                drafted_because = f"its Python reads tensor values in {describe_scope(scope)} ({str(error).strip().splitlines()[0][:200]})"
+                drafted_because = f"its Python reads tensor values in {describe_scope(failing_scope())} ({str(error).strip().splitlines()[0][:200]})"
             if drafted_because:
                 with _quiet_draft():
                     program, inner = with_outputs_flattened(draft=True)
                 _check_drafted_sizes(program, model, call)
         except Exception as error:
-            scope = failed[0] if failed else (running[-1] if running else "")
+            scope = failing_scope()
             module = model.get_submodule(scope) if scope else model
             raise TraceError(scope, type(module).__name__, error, "exporting") from error
     if drafted_because:
@@ -275,6 +275,13 @@ def _user_input_values(program: "torch.export.ExportedProgram") -> list[Any]:
     """The fake values of the program's user inputs, in its call's order."""
     user = set(program.graph_signature.user_inputs)
     return [node.meta.get("val") for node in program.graph.nodes if node.op == "placeholder" and node.name in user]
+
+
+def _user_output_values(program: "torch.export.ExportedProgram") -> list[Any]:
+    """The fake values of the program's user outputs, in its output's order (mutated buffers left out)."""
+    user = set(program.graph_signature.user_outputs)
+    output = next(node for node in program.graph.nodes if node.op == "output")
+    return [node.meta.get("val") for node in pytree.tree_leaves(output.args) if isinstance(node, torch.fx.Node) and node.name in user]
 
 
 def _flat_call(program: "torch.export.ExportedProgram", call: ModelCall) -> list[Any]:
