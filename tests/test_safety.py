@@ -302,6 +302,7 @@ def test_threads_analysing_at_once_get_what_they_would_alone(backend):
     assert_same_state(before, model_state(shared))
     assert sum("a user's own warning" in str(w.message) for w in caught) == 32  # none swallowed by a trace
     assert warnings.showwarning is handler and torch.jit._trace._trace_module_map is module_map
+    assert nn.Module.__call__ is nn.Module._wrapped_call_impl  # the traces' module call, installed once, is gone
 
 
 def test_interrupting_an_analysis_restores_model_and_globals():
@@ -322,6 +323,7 @@ def test_interrupting_an_analysis_restores_model_and_globals():
             FlopCountAnalysis(model, torch.randn(2, 4), backend=backend).total()
         assert_same_state(before, model_state(model))
     assert warnings.showwarning is handler and torch.jit._trace._trace_module_map is module_map
+    assert nn.Module.__call__ is nn.Module._wrapped_call_impl
 
 
 class _Cycle:
@@ -335,6 +337,7 @@ def test_the_collection_after_a_recording_frees_its_cycles_and_leaves_the_proces
     import weakref
 
     monkeypatch.setattr(model_guard, "_collected_in_full", not first)
+    gc.collect()  # the garbage earlier tests left (whose end would free frozen objects) goes first
     gc.disable()  # no collection of its own between the garbage made here and the block
     if user_froze:
         gc.freeze()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 import warnings
 from contextlib import contextmanager
 
@@ -181,3 +183,77 @@ def test_a_scope_boundary_the_graph_lost_is_an_error_not_a_wrong_scope():
     elsewhere = torch._C.Graph().param_node()
     with pytest.raises(JitflopsError, match="lost a node that marked where a module's scope opens"):
         scope_boundaries.read_in_trace(graph, graph.block(), [(nodes[0], "a"), (elsewhere, None)])
+
+
+_MACHINERY_SEEN: list[list[str]] = []
+
+
+class _NotesItsCallers(nn.Linear):
+    """A linear layer that notes which of ``nn.Module``'s call machinery is on the stack above it."""
+
+    def forward(self, x):
+        frame, seen = sys._getframe(1), []
+        while frame is not None:
+            if frame.f_code.co_name in ("_wrapped_call_impl", "_call_impl", "_slow_forward"):
+                seen.append(frame.f_code.co_name)
+            frame = frame.f_back
+        _MACHINERY_SEEN.append(seen)
+        return super().forward(x)
+
+
+class _DoublesItsBatch(nn.Linear):
+    """A class with its own ``_call_impl``, which nn.Module's ``__call__`` runs."""
+
+    def _call_impl(self, x):
+        return super()._call_impl(torch.cat([x, x]))
+
+
+class _CallPaths(nn.Module):
+    """Modules called three ways: plainly, with a forward pre-hook that doubles the batch, through a
+    class's own ``_call_impl``; and a hooked module called from another thread during the forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.plain = nn.Sequential(_NotesItsCallers(8, 8))
+        self.hooked = nn.Linear(8, 8)
+        self.hooked.register_forward_pre_hook(lambda module, inputs: (torch.cat([inputs[0], inputs[0]]),))
+        self.custom = _DoublesItsBatch(8, 8)
+        self.elsewhere = nn.Linear(8, 8)
+        self.elsewhere.register_forward_hook(lambda module, inputs, output: output + 1)
+
+    def forward(self, x):
+        from_thread = []
+        thread = threading.Thread(target=lambda: from_thread.append(self.elsewhere(torch.zeros(1, 8))))
+        thread.start()
+        thread.join()
+        assert torch.equal(from_thread[0], self.elsewhere.bias.detach().unsqueeze(0) + 1)  # nn.Module's call ran the hook
+        return self.custom(self.hooked(self.plain(x)))
+
+
+def test_module_calls_in_the_trace_skip_nn_modules_call_machinery_and_count_the_same():
+    """Inside jitflops' trace a plain module's call goes straight to ``forward`` (the tracer walks the
+    stack for every node: fewer frames, a cheaper trace); hooks, a class's own ``_call_impl`` and
+    calls from other threads still go through ``nn.Module``'s call. Hand counts: 4 x 8 x 8 MACs for
+    the plain layer, twice that after the pre-hook, four times in the layer that doubles again."""
+    model, x = _CallPaths(), torch.randn(4, 8)
+    _MACHINERY_SEEN.clear()
+    direct = FlopCountAnalysis(model, x).by_module()
+    assert _MACHINERY_SEEN == [[]]
+    assert nn.Module.__call__ is nn.Module._wrapped_call_impl
+    assert {name: direct[name] for name in ("plain", "hooked", "custom", "elsewhere", "")} == {
+        "plain": 256, "hooked": 512, "custom": 1024, "elsewhere": 0, "": 1792
+    }
+    with _tracer_scopes_only():
+        assert FlopCountAnalysis(model, x).by_module() == direct
+    assert len(_MACHINERY_SEEN[-1]) >= 6  # nn.Module's own call: three frames per level, two levels
+
+
+def test_module_calls_are_put_back_when_the_forward_raises_or_is_interrupted():
+    for error in (ValueError("the model's own error"), KeyboardInterrupt()):
+        class Raises(nn.Module):
+            def forward(self, x):
+                raise error
+
+        with pytest.raises((TraceError, KeyboardInterrupt)):
+            FlopCountAnalysis(nn.Sequential(nn.Linear(2, 2), Raises()), torch.randn(1, 2), compute=True).total()
+        assert nn.Module.__call__ is nn.Module._wrapped_call_impl

@@ -10,10 +10,14 @@ the ops that took a Python bool as a Scalar an int (:func:`_bools_as_scalars`).
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
-from typing import Callable, ContextManager, Iterator, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
 
 import torch
+import torch.nn.modules.module as module_machinery
+from torch import nn
 
 from ..core.errors import JitflopsError
 from .jit_fallback import USE_DISPATCH
@@ -59,11 +63,13 @@ class ScopeBoundaries:
     object only; pybind11 hands out that same object for as long as it is alive. Should it not, the
     tracer's own scopes are left to work (at their cost), and :meth:`ScopedTrace.read` reads those.
     pybind11 also hands out one wrapper per live node, so the nodes noted here are the objects a
-    later walk over the graph meets.
+    later walk over the graph meets. ``names`` (each module's scope name) lets the module calls of
+    the trace note their boundaries directly (:func:`_direct_module_calls`).
     """
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, names: Optional[Mapping[nn.Module, str]] = None) -> None:
         self.enabled = enabled
+        self.names = names
         self.installed = False
         """Whether this trace got the boundaries (else the tracer's own scope blocks are in the graph)."""
         self.events: list[tuple["torch._C.Node", Optional[str]]] = []
@@ -85,9 +91,104 @@ class ScopeBoundaries:
         state.push_scope, state.pop_scope = push_scope, pop_scope
         self.installed = True
         try:
-            yield
+            if self.names is None:
+                yield
+            else:
+                with _direct_module_calls(_TracedCalls(state, self.names, push_scope, pop_scope)):
+                    yield
         finally:
             del state.push_scope, state.pop_scope
+
+
+_CALL_MACHINERY = ("_wrapped_call_impl", "_call_impl", "_slow_forward")
+"""``nn.Module``'s methods between a module's call and its ``forward``."""
+
+
+@dataclass(frozen=True)
+class _TracedCalls:
+    """What a module call inside one trace needs: the trace's state, the scope names, the boundaries."""
+
+    state: "torch._C.TracingState"
+    names: Mapping[nn.Module, str]
+    push_scope: Callable[[str], None]
+    pop_scope: Callable[[], None]
+
+
+_this_thread = threading.local()
+"""``traced_calls``: the :class:`_TracedCalls` of the trace running in this thread, if any."""
+_install_lock = threading.Lock()
+_installed_by = 0
+"""How many traces, in all threads, have :func:`_direct_call` installed now."""
+
+
+def _runs_module_machinery(cls: type) -> bool:
+    """Whether calling an instance of ``cls`` runs ``nn.Module``'s own call machinery (no override)."""
+    return all(getattr(cls, name) is getattr(nn.Module, name) for name in _CALL_MACHINERY)
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    """Whether a call of ``module`` would run hooks: its own, or global module hooks."""
+    return bool(
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
+        or module_machinery._global_forward_hooks or module_machinery._global_forward_pre_hooks
+        or module_machinery._global_backward_hooks or module_machinery._global_backward_pre_hooks
+    )
+
+
+def _direct_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """``nn.Module.__call__`` while jitflops traces (:func:`_direct_module_calls`)."""
+    traced = getattr(_this_thread, "traced_calls", None)
+    if (
+        traced is None
+        or torch._C._get_tracing_state() is not traced.state
+        or self._compiled_call_impl is not None
+        or _has_hooks(self)
+        or not _runs_module_machinery(type(self))
+    ):
+        return nn.Module._wrapped_call_impl(self, *args, **kwargs)
+    forward = self.forward
+    name = traced.names.get(self)
+    if not name or isinstance(forward, torch._C.ScriptMethod):
+        return forward(*args, **kwargs)
+    traced.push_scope(name)
+    try:
+        return forward(*args, **kwargs)
+    finally:
+        traced.pop_scope()
+
+
+@contextmanager
+def _direct_module_calls(traced: _TracedCalls) -> Iterator[None]:
+    """For the duration of the model's call inside the trace, ``nn.Module.__call__`` goes straight
+    to ``forward`` between this trace's scope boundaries, as ``torch.fx``'s tracer patches it.
+
+    The tracer walks the whole Python stack for every node it records (the node's source range, and
+    one walk per constant argument: a convolution records 14), and ``nn.Module``'s call adds three
+    frames per module level on the way to ``forward`` while tracing (``_wrapped_call_impl``,
+    ``_call_impl``, ``_slow_forward``); this call adds one: 6-15% of a default count on MobileNetV2,
+    ResNet-50, Swin-T, T5 and Llama (``docs/benchmarks.md``). It does what those three do for a module
+    without hooks, not compiled, whose class keeps ``nn.Module``'s machinery; any other call (hooks, a
+    compiled module, another thread, another trace) goes through ``nn.Module``'s own call, and the
+    tracer's scope methods, which the trace's boundaries shadow. Traces in several threads at once
+    share one installation, removed when the last ends; where ``nn.Module.__call__`` is replaced by
+    someone else, it is left alone.
+    """
+    global _installed_by
+    with _install_lock:
+        installs = bool(_installed_by) or nn.Module.__call__ is nn.Module._wrapped_call_impl
+        if installs:
+            nn.Module.__call__ = _direct_call  # type: ignore[method-assign]
+            _installed_by += 1
+    outer, _this_thread.traced_calls = getattr(_this_thread, "traced_calls", None), traced
+    try:
+        yield
+    finally:
+        _this_thread.traced_calls = outer
+        if installs:
+            with _install_lock:
+                _installed_by -= 1
+                if not _installed_by:
+                    nn.Module.__call__ = nn.Module._wrapped_call_impl  # type: ignore[method-assign]
 
 
 SHAPE_QUERIES = frozenset({"aten::size", "aten::sizes", "aten::numel", "aten::dim", "aten::sym_size"})
