@@ -63,6 +63,16 @@ def test_a_small_call_computes_unless_asked_not_to_and_convolutions_trace_on_met
     assert FlopCountAnalysis(transposed, x, compute=False).by_module_and_operator() == FlopCountAnalysis(transposed, x, compute=True).by_module_and_operator()
 
 
+def test_a_small_network_on_a_large_image_is_traced_on_meta_values():
+    """Its parameters x patches are small, but its convolutions run at every pixel."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    seen = _seen_devices(model)
+    small = FlopCountAnalysis(model, torch.randn(1, 3, 64, 64)).total()
+    assert seen == ["cpu"] and small == 62 * 62 * 4 * 27
+    assert FlopCountAnalysis(model, torch.randn(1, 3, 1536, 1536)).total() == 1534 * 1534 * 4 * 27
+    assert seen[1:] == ["meta", "meta"]
+
+
 class DataDependent(nn.Module):
     def __init__(self) -> None:
         super().__init__()

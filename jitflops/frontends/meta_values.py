@@ -39,12 +39,21 @@ from torch.utils import _pytree as pytree
 
 from ..core.model_io import ModelCall, is_stateful
 
-COMPUTE_BELOW_WORK = 1e5
+COMPUTE_BELOW_WORK = 2e9
 """Calls estimated below this many parameter-tokens (a dense model does about 2 x parameters x
-tokens FLOPs) are traced on real values by default: computing them costs less than copying the
-model. Above, a meta trace costs less, from a Transformer block (17 ms against 36) to ConvNeXt-T (66
-ms against 2.5 s; ``tools/bench.py`` measures both), with the meta kernels of
-:data:`TRACING_META_KERNELS`: before them it was 1e10, a batch norm on meta costing 1.4 ms."""
+tokens FLOPs) are traced on real values by default: there the forward costs less than the meta
+trace's extra work (copying the model, the untraced meta run, meta kernels in Python, about 50 us
+an op). Measured by the default count, real against meta values (2-core CPU, medians of 7):
+the built-in Transformer (3e7) 4.0 against 9.4 ms, MobileNetV2 (4e8) 59 against 65, Llama GQA
+(8e8) 27 against 31, a search-space candidate (``tools/bench.py --only search``; 4e6) 17 against
+23; above, meta wins: ResNet-50 (4.6e9) 47 against 72, ConvNeXt-T (5.5e9) 35 against 77, BERT-base
+(1.4e10) 71 against 217. T5-small (7.7e9, 3,000 nodes for 60 M parameters) is the one model
+above it that computes faster (154 against 175 ms)."""
+
+COMPUTE_BELOW_ELEMENTS = 2**22
+"""Inputs with more elements than this are traced on meta values whatever the estimated work: a
+small network on a large image does far more work than its parameters x patches suggest (its
+convolutions run at every pixel), and holds activations to match."""
 
 def _convolution_on_meta(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int], padding: list[int],
                          dilation: list[int], transposed: bool, output_padding: list[int], groups: int) -> torch.Tensor:
@@ -208,14 +217,15 @@ def estimated_work(parameters: Sequence[torch.Tensor], call: ModelCall) -> int:
 
 def computes_by_default(model: nn.Module, parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
     """Whether to trace on real values unless asked otherwise (``parameters``: the model's):
-    small calls (``COMPUTE_BELOW_WORK``), where computing costs less than copying the model, lazy
-    modules, and recurrent layers, whose meta kernels are Python loops over the time steps (an LSTM
-    of 32 steps: 480 ms on meta, 15 ms computed)."""
+    small calls (``COMPUTE_BELOW_WORK``, ``COMPUTE_BELOW_ELEMENTS``), where computing costs less
+    than the meta trace's extra work, lazy modules, and recurrent layers, whose meta kernels are
+    Python loops over the time steps (an LSTM of 32 steps: 480 ms on meta, 15 ms computed)."""
     if any(isinstance(p, UninitializedTensorMixin) for p in parameters):
         return True
     if any(isinstance(module, nn.RNNBase) for module in model.modules()):
         return True
-    return estimated_work(parameters, call) < COMPUTE_BELOW_WORK
+    largest = max((t.numel() for t in call.tensors()), default=0)
+    return estimated_work(parameters, call) < COMPUTE_BELOW_WORK and largest <= COMPUTE_BELOW_ELEMENTS
 
 
 def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mode: Optional[FakeTensorMode] = None) -> tuple[nn.Module, ModelCall, dict[nn.Module, nn.Module]]:
