@@ -23,7 +23,8 @@ ratios round by round:
   that ran, round by round.
 
 ``--only search``: counting 1,000 candidates of a MobileNet-like search space (blocks of random
-depth, width, expansion and kernel size, on a 3 x 64 x 64 image), each tool's counts per second.
+depth, width, expansion and kernel size, on a 3 x 64 x 64 image), each tool's counts per second
+(the full run measures it in a fresh process, as a search runs).
 
 Peak memory (RSS) of the counting tools is measured in a fresh subprocess per model and tool. Then
 the scale checks: a Llama-shaped model with 1.2B real bf16 parameters at 4096 tokens (time, extra
@@ -33,9 +34,9 @@ profile's timed pass on BERT-base. Then the bytes: what counting them adds to a 
 from the count's own recording), and the roofline's error on this CPU, calibrated here, against the
 timed pass (``tools/roofline_accuracy.py``). Prints one table and writes the same figures as JSON.
 
-    python tools/bench.py                   # everything (a few minutes on 2 cores)
+    python tools/bench.py                   # everything (about 25 minutes on 2 cores)
     python tools/bench.py --models bert-base resnet-50 --repeats 3 --json /tmp/bench.json
-    python tools/bench.py --only bytes      # one section: bytes or roofline
+    python tools/bench.py --only search     # one section (bytes, roofline, search), its JSON entry replaced
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -70,6 +72,8 @@ PEERS = ("FlopCounterMode", "fvcore", "ptflops pytorch", "ptflops aten", "thop",
 """The counters a user could pick instead of jitflops."""
 TOOLS = ("forward", "trace", "jitflops", "jitflops real", "jitflops+reports", "dispatch", "export", "FCM fake", *PEERS)
 MEMORY_TOOLS = ("jitflops", "jitflops real", "fvcore", "FlopCounterMode")
+SECTIONS = {"bytes": "byte_count_cost", "roofline": "roofline_error", "search": "search_space"}
+"""The sections ``--only`` runs alone, and their entries in the JSON."""
 META_TOOLS = ("trace", "jitflops", "jitflops+reports", "export")
 """What runs on a model built on the meta device: fvcore's handles, FlopCounterMode and the
 dispatch backend need values."""
@@ -483,6 +487,16 @@ def search_space(candidates: int = 1000) -> dict[str, Any]:
     return results
 
 
+def search_space_in_fresh_process() -> dict[str, Any]:
+    """:func:`search_space` in a new process, as a search would run: after the zoo's large models,
+    the JIT tracer's many small allocations cost up to twice as much in this process (jitflops 26
+    candidates a second here against 43 in a fresh one; fvcore 13 against 32), other tools' less."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "search.json"
+        subprocess.run([sys.executable, __file__, "--only", "search", "--json", str(path)], check=True, stdout=subprocess.DEVNULL)
+        return json.loads(path.read_text())["search_space"]
+
+
 def print_search_space(search: dict[str, Any]) -> None:
     rates = search["counts_per_second"]
     print(f"\nSearch space: {search['candidates']} MobileNet-like candidates, counts per second: "
@@ -497,20 +511,25 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-memory", action="store_true", help="skip the per-tool peak RSS subprocesses")
     parser.add_argument("--json", default=str(REPO / "tools" / "bench_results.json"))
-    parser.add_argument("--only", choices=("bytes", "roofline", "search"), help="run one section alone, printed (the JSON is not written)")
+    parser.add_argument("--only", choices=tuple(SECTIONS), help="run one section alone, printed; its entry in the JSON is replaced")
     options = parser.parse_args()
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     bytes_models = [name for name in options.models if name in ("bert-base", "gpt2", "resnet-50", "mobilenet-v2", "llama-gqa", "vit-b16", "t5-small")]
     if options.only == "bytes":
-        print_byte_count_cost(byte_count_cost(bytes_models, options.repeats))
-        return
-    if options.only == "roofline":
-        roofline_error(options.repeats)
-        return
-    if options.only == "search":
-        print_search_space(search_space())
+        section: Any = byte_count_cost(bytes_models, options.repeats)
+        print_byte_count_cost(section)
+    elif options.only == "roofline":
+        section = roofline_error(options.repeats)
+    elif options.only == "search":
+        section = search_space()
+        print_search_space(section)
+    if options.only:
+        path = Path(options.json)
+        document = json.loads(path.read_text()) if path.exists() else {}
+        document[SECTIONS[options.only]] = section
+        path.write_text(json.dumps(document, indent=2))
         return
 
     results = []
@@ -551,7 +570,7 @@ def main() -> None:
     for row in results:
         for tool, error in row["failed"].items():
             print(f"{row['model']}: {tool} fails: {error}")
-    search = search_space()
+    search = search_space_in_fresh_process()
     print_search_space(search)
     print(f"\nLlama 1.2B shape, real bf16 weights, 4096 tokens: counted in {real_1b['count_s']:.2f} s, "
           f"{real_1b['extra_peak_rss_mib']:.0f} MiB peak RSS over the loaded model ({real_1b['loaded_rss_mib']:.0f} MiB), {real_1b['total_macs'] / 1e12:.2f} TMACs")

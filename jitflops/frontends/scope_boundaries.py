@@ -165,8 +165,8 @@ def _direct_module_calls(traced: _TracedCalls) -> Iterator[None]:
     The tracer walks the whole Python stack for every node it records (the node's source range, and
     one walk per constant argument: a convolution records 14), and ``nn.Module``'s call adds three
     frames per module level on the way to ``forward`` while tracing (``_wrapped_call_impl``,
-    ``_call_impl``, ``_slow_forward``); this call adds one: 6-15% of a default count on MobileNetV2,
-    ResNet-50, Swin-T, T5 and Llama (``docs/benchmarks.md``). It does what those three do for a module
+    ``_call_impl``, ``_slow_forward``); this call adds one: 8-16% off a default count on MobileNetV2,
+    ResNet-50, Swin-T, T5, Llama and BERT (``docs/benchmarks.md``). It does what those three do for a module
     without hooks, not compiled, whose class keeps ``nn.Module``'s machinery; any other call (hooks, a
     compiled module, another thread, another trace) goes through ``nn.Module``'s own call, and the
     tracer's scope methods, which the trace's boundaries shadow. Traces in several threads at once
