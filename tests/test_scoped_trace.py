@@ -257,3 +257,19 @@ def test_module_calls_are_put_back_when_the_forward_raises_or_is_interrupted():
         with pytest.raises((TraceError, KeyboardInterrupt)):
             FlopCountAnalysis(nn.Sequential(nn.Linear(2, 2), Raises()), torch.randn(1, 2), compute=True).total()
         assert nn.Module.__call__ is nn.Module._wrapped_call_impl
+
+
+def test_a_module_call_someone_else_installed_is_left_alone(monkeypatch):
+    """Where ``nn.Module.__call__`` is already replaced (another tool's wrapper), the trace keeps it:
+    every module call goes through it, and it is still there after."""
+    calls = []
+
+    def wrapper(self, *args, **kwargs):
+        calls.append(type(self).__name__)
+        return nn.Module._wrapped_call_impl(self, *args, **kwargs)
+
+    model, x = SharedAndRepeated(), torch.randn(4, 8)
+    expected = FlopCountAnalysis(model, x).by_module()
+    monkeypatch.setattr(nn.Module, "__call__", wrapper)
+    assert FlopCountAnalysis(model, x).by_module() == expected
+    assert nn.Module.__call__ is wrapper and calls.count("Linear") == 5

@@ -165,17 +165,17 @@ def _direct_module_calls(traced: _TracedCalls) -> Iterator[None]:
     The tracer walks the whole Python stack for every node it records (the node's source range, and
     one walk per constant argument: a convolution records 14), and ``nn.Module``'s call adds three
     frames per module level on the way to ``forward`` while tracing (``_wrapped_call_impl``,
-    ``_call_impl``, ``_slow_forward``); this call adds one: 8-16% off a default count on MobileNetV2,
-    ResNet-50, Swin-T, T5, Llama and BERT (``docs/benchmarks.md``). It does what those three do for a module
-    without hooks, not compiled, whose class keeps ``nn.Module``'s machinery; any other call (hooks, a
-    compiled module, another thread, another trace) goes through ``nn.Module``'s own call, and the
-    tracer's scope methods, which the trace's boundaries shadow. Traces in several threads at once
-    share one installation, removed when the last ends; where ``nn.Module.__call__`` is replaced by
-    someone else, it is left alone.
+    ``_call_impl``, ``_slow_forward``); this call adds one: 8-16% off a default count on
+    MobileNetV2, ResNet-50, Swin-T, T5, Llama and BERT (``docs/benchmarks.md``). It does what those
+    three do for a module without hooks, not compiled, whose class keeps ``nn.Module``'s machinery;
+    any other call (hooks, a compiled module, another thread, another trace) goes through
+    ``nn.Module``'s own call, and the tracer's scope methods, which the trace's boundaries shadow.
+    Traces in several threads at once share one installation, removed when the last ends; a
+    ``nn.Module.__call__`` replaced by someone else is left alone, also when it replaces this one.
     """
     global _installed_by
     with _install_lock:
-        installs = bool(_installed_by) or nn.Module.__call__ is nn.Module._wrapped_call_impl
+        installs = nn.Module.__call__ in (_direct_call, nn.Module._wrapped_call_impl)
         if installs:
             nn.Module.__call__ = _direct_call  # type: ignore[method-assign]
             _installed_by += 1
@@ -187,7 +187,7 @@ def _direct_module_calls(traced: _TracedCalls) -> Iterator[None]:
         if installs:
             with _install_lock:
                 _installed_by -= 1
-                if not _installed_by:
+                if not _installed_by and nn.Module.__call__ is _direct_call:
                     nn.Module.__call__ = nn.Module._wrapped_call_impl  # type: ignore[method-assign]
 
 
