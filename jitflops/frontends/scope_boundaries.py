@@ -11,7 +11,7 @@ the ops that took a Python bool as a Scalar an int (:func:`_bools_as_scalars`).
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
 
@@ -91,11 +91,8 @@ class ScopeBoundaries:
         state.push_scope, state.pop_scope = push_scope, pop_scope
         self.installed = True
         try:
-            if self.names is None:
+            with nullcontext() if self.names is None else _direct_module_calls(_TracedCalls(state, self.names)):
                 yield
-            else:
-                with _direct_module_calls(_TracedCalls(state, self.names, push_scope, pop_scope)):
-                    yield
         finally:
             del state.push_scope, state.pop_scope
 
@@ -106,12 +103,11 @@ _CALL_MACHINERY = ("_wrapped_call_impl", "_call_impl", "_slow_forward")
 
 @dataclass(frozen=True)
 class _TracedCalls:
-    """What a module call inside one trace needs: the trace's state, the scope names, the boundaries."""
+    """What a module call inside one trace needs: the trace's state (whose ``push_scope``/``pop_scope``
+    note the boundaries while the module calls are direct) and the scope names."""
 
     state: "torch._C.TracingState"
     names: Mapping[nn.Module, str]
-    push_scope: Callable[[str], None]
-    pop_scope: Callable[[], None]
 
 
 _this_thread = threading.local()
@@ -150,11 +146,11 @@ def _direct_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     name = traced.names.get(self)
     if not name or isinstance(forward, torch._C.ScriptMethod):
         return forward(*args, **kwargs)
-    traced.push_scope(name)
+    traced.state.push_scope(name)
     try:
         return forward(*args, **kwargs)
     finally:
-        traced.pop_scope()
+        traced.state.pop_scope()
 
 
 @contextmanager
