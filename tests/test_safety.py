@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import warnings
+from typing import Any, Callable
 
 import pytest
 import torch
 from torch import nn
 
-from jitflops import ActivationCountAnalysis, FlopCountAnalysis, HandleError, JitFallbackWarning, ShapeFormula, TraceError, flop_count_table, profile_model, time_model
+from jitflops import ActivationCountAnalysis, FlopCountAnalysis, FlopsProfiler, HandleError, JitFallbackWarning, ShapeFormula, TraceError, flop_count_table, format_model_profile, parameter_count_table, profile_model, time_model
 from jitflops.core import model_guard
 from jitflops.examples import ConvNet, LSTMTagger
 
@@ -364,3 +365,55 @@ def test_the_collection_after_a_recording_frees_its_cycles_and_leaves_the_proces
         gc.unfreeze()
         gc.enable()
         gc.collect()
+
+
+def _jitflops_functions_in_cycles(run: Callable[[], Any]) -> list[str]:
+    """The jitflops functions Python's cyclic collector had to free after ``run()`` (a recursive
+    closure, a function whose cell holds itself, is one such cycle, and it keeps all its cells alive)."""
+    import gc
+    import types
+
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        run()
+        gc.collect()
+        return sorted({item.__qualname__ for item in gc.garbage if isinstance(item, types.FunctionType) and "jitflops" in item.__code__.co_filename})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+def test_a_dropped_analysis_is_freed_at_once_with_its_graph_and_leaves_no_cycles():
+    """A count leaves no reference cycle of jitflops' making: the JIT's graph of an analysis nobody
+    holds is freed when it is dropped, not by a later cyclic collection, which walked every object
+    of the process (``tools/bench.py``'s search space: 4 of 24 ms a count before, 0.002 after)."""
+    import gc
+    import weakref
+
+    model, image = ConvNet(), torch.randn(1, 3, 32, 32)
+    FlopCountAnalysis(model, image).total()  # what a first count imports can hold frames in cycles once
+    gc.collect()
+    gc.disable()
+    try:
+        for settings in ({"compute": True}, {"compute": False}):
+            analysis = FlopCountAnalysis(model, image, **settings)
+            assert analysis.total() > 0
+            trace = weakref.ref(analysis.scoped_trace())
+            del analysis
+            assert trace() is None, settings
+    finally:
+        gc.enable()
+
+    def tables_and_profiles() -> None:
+        flops = FlopCountAnalysis(model, image, compute=False)
+        flop_count_table(flops, activations=ActivationCountAnalysis(model, image))
+        parameter_count_table(model)
+        format_model_profile(profile_model(model, image, timed=False), module_depth=2)
+        profiler = FlopsProfiler(model)
+        profiler.start_profile()
+        model(image)
+        profiler.get_total_macs()
+        profiler.end_profile()
+
+    assert _jitflops_functions_in_cycles(tables_and_profiles) == []

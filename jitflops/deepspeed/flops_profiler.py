@@ -119,7 +119,9 @@ class FlopsProfiler:
         self.elementwise = elementwise
         self.peak_flops = peak_flops
         self.schedule = schedule
-        self.on_ready = on_ready or (lambda profile: self._print(profile))
+        self.on_ready = on_ready
+        """What takes each finished profile of the schedule; None prints it (``_printout``'s settings)."""
+        self._printout: dict[str, Any] = {}
         self.ignore_modules: tuple[type, ...] = ()
         self.started = False
         self.step_num = 0
@@ -142,8 +144,8 @@ class FlopsProfiler:
             warnings.simplefilter("ignore", UserWarning)
             schedule = torch.profiler.schedule(skip_first=section.profile_step, wait=0, warmup=0, active=1, repeat=1) if section.enabled else (lambda step: ProfilerAction.NONE)
         profiler = cls(model, recompute_fwd_factor=section.recompute_fwd_factor, schedule=schedule, **settings)
-        if "on_ready" not in settings:
-            profiler.on_ready = lambda profile: profiler._print(profile, section.module_depth, section.top_modules, section.detailed, section.output_file)
+        profiler._printout = {"module_depth": section.module_depth, "top_modules": section.top_modules, "detailed": section.detailed,
+                              "output_file": section.output_file}
         return profiler
 
     @contextmanager
@@ -182,7 +184,11 @@ class FlopsProfiler:
             raise RuntimeError("step() follows a schedule: give FlopsProfiler(schedule=torch.profiler.schedule(...))")
         done, upcoming = self._action(self.step_num), self._action(self.step_num + 1)
         if done == ProfilerAction.RECORD_AND_SAVE:
-            self.on_ready(self.profile(self.step_num))
+            profile = self.profile(self.step_num)
+            if self.on_ready is not None:
+                self.on_ready(profile)
+            else:
+                self._print(profile, **self._printout)
             self.end_profile()
         elif done == ProfilerAction.WARMUP and upcoming in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
             self.reset_profile()

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Number, Real
 from types import MappingProxyType
-from typing import Any, NamedTuple, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
 from torch import nn
@@ -157,33 +157,42 @@ def _count_per_scope(
     counts: dict[str, typing.Counter[str]] = {}
     unsupported: dict[str, typing.Counter[str]] = {}
     op_counts: list[OpCount] = []
-
-    def count(operations: typing.Iterable[tuple[str, Any]]) -> None:
-        for kind, item in operations:
-            handle = handles.get(kind)
-            if handle is None:
-                if kind not in ignored:
-                    parts = trace.parts(item)  # an op without a handle is counted by what it is made of
-                    if parts:
-                        count(parts)
-                    else:
-                        unsupported.setdefault(trace.scope_of(item), Counter())[kind] += 1
-                continue
-            scope = trace.scope_of(item)
-            module = scope.rpartition("/")[2]
-            record = trace.record(item, kind, module)
-            result = run_handle(handle, record)
-            if record.phase != FORWARD:  # a backward's own recomputation (attention's scores) keeps its phase
-                result = Counter({key if key.startswith(_RECOMPUTED) else f"{record.phase}.{key}": value for key, value in result.items()})
-            op_counts.append(OpCount(module, kind, handle, sum(result.values()), record.phase))
-            ops = counts.get(scope)
-            if ops is None:
-                counts[scope] = result
-            else:
-                ops.update(result)
-
-    count(trace.operations())
+    for kind, item, handle in _handled(trace, trace.operations(), handles, ignored, unsupported):
+        scope = trace.scope_of(item)
+        module = scope.rpartition("/")[2]
+        record = trace.record(item, kind, module)
+        result = run_handle(handle, record)
+        if record.phase != FORWARD:  # a backward's own recomputation (attention's scores) keeps its phase
+            result = Counter({key if key.startswith(_RECOMPUTED) else f"{record.phase}.{key}": value for key, value in result.items()})
+        op_counts.append(OpCount(module, kind, handle, sum(result.values()), record.phase))
+        ops = counts.get(scope)
+        if ops is None:
+            counts[scope] = result
+        else:
+            ops.update(result)
     return counts, unsupported, op_counts
+
+
+def _handled(
+    trace: OpSource, operations: typing.Iterable[tuple[str, Any]], handles: Mapping[str, Handle], ignored: typing.Collection[str],
+    unsupported: dict[str, typing.Counter[str]],
+) -> Iterator[tuple[str, Any, Handle]]:
+    """Each op that has a handle, with it; an op without one is counted by what it is made of, or
+    noted in ``unsupported`` by scope.
+
+    A generator of the module rather than a recursive closure: a closure that calls itself is a
+    reference cycle, which kept the trace (the JIT's graph) alive until Python's cyclic collector
+    ran, and that collection then cost more than the count (``tools/bench.py``'s search space)."""
+    for kind, item in operations:
+        handle = handles.get(kind)
+        if handle is not None:
+            yield kind, item, handle
+        elif kind not in ignored:
+            parts = trace.parts(item)
+            if parts:
+                yield from _handled(trace, parts, handles, ignored, unsupported)
+            else:
+                unsupported.setdefault(trace.scope_of(item), Counter())[kind] += 1
 
 def run_handle(handle: Handle, record: OpRecord) -> typing.Counter[str]:
     """The handle's count of one op, validated."""

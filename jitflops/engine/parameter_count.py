@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typing
 from collections import defaultdict
+from typing import Iterator, Mapping
 
 from torch import nn
 
@@ -37,19 +38,19 @@ def parameter_count_table(model: nn.Module, max_depth: int = 3) -> str:
     """A table of parameter counts per module, down to ``max_depth``, with each parameter's shape."""
     counts = parameter_count(model)
     shapes = {name: tuple(parameter.shape) for name, parameter in model.named_parameters()}
-    rows: list[tuple[str, str]] = [("model", _format_parameters(counts[""]))]
-
-    def fill(depth: int, prefix: str) -> None:
-        if depth >= max_depth:
-            return
-        for name, value in counts.items():
-            if name and name.count(".") == depth and name.startswith(prefix):
-                indent = " " * (depth + 1)
-                if name in shapes:
-                    rows.append((indent + name, indent + str(shapes[name])))
-                else:
-                    rows.append((indent + name, indent + _format_parameters(value)))
-                    fill(depth + 1, name + ".")
-
-    fill(0, "")
+    rows = [("model", _format_parameters(counts[""])), *_table_rows(counts, shapes, 0, "", max_depth)]
     return pipe_table(rows, headers=["name", "#elements or shape"])
+
+
+def _table_rows(counts: Mapping[str, int], shapes: Mapping[str, tuple[int, ...]], depth: int, prefix: str, max_depth: int) -> Iterator[tuple[str, str]]:
+    """The rows under ``prefix``, depth first: a parameter with its shape, a module with its count."""
+    if depth >= max_depth:
+        return
+    for name, value in counts.items():
+        if name and name.count(".") == depth and name.startswith(prefix):
+            indent = " " * (depth + 1)
+            if name in shapes:
+                yield indent + name, indent + str(shapes[name])
+            else:
+                yield indent + name, indent + _format_parameters(value)
+                yield from _table_rows(counts, shapes, depth + 1, name + ".", max_depth)

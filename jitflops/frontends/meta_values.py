@@ -241,18 +241,19 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     """
     swapped: dict[int, torch.Tensor] = {}
     copies: dict[nn.Module, nn.Module] = {}
-
-    def copy_of(module: nn.Module) -> nn.Module:
+    pending = [model]
+    while pending:  # every module once, shared ones too
+        module = pending.pop()
         if module not in copies:
-            twin = copies[module] = copy.copy(module)
-            twin.__dict__["_parameters"] = {name: None if p is None else _empty_like(p, device, swapped, fake_mode) for name, p in module._parameters.items()}
-            twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped, fake_mode) for name, b in module._buffers.items()}
-            if fake_mode is not None:
-                twin.__dict__.update({name: copy.copy(value) for name, value in vars(module).items() if name.endswith("hooks") or name.endswith("hooks_with_kwargs") or name.endswith("always_called")})
-            twin.__dict__["_modules"] = {name: None if child is None else copy_of(child) for name, child in module._modules.items()}
-        return copies[module]
-
-    twin = copy_of(model)
+            copies[module] = copy.copy(module)
+            pending.extend(child for child in module._modules.values() if child is not None)
+    for module, twin in copies.items():
+        twin.__dict__["_parameters"] = {name: None if p is None else _empty_like(p, device, swapped, fake_mode) for name, p in module._parameters.items()}
+        twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped, fake_mode) for name, b in module._buffers.items()}
+        if fake_mode is not None:
+            twin.__dict__.update({name: copy.copy(value) for name, value in vars(module).items() if name.endswith("hooks") or name.endswith("hooks_with_kwargs") or name.endswith("always_called")})
+        twin.__dict__["_modules"] = {name: None if child is None else copies[child] for name, child in module._modules.items()}
+    twin = copies[model]
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
     args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped, fake_mode) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
     return twin, ModelCall(args, kwargs), copies

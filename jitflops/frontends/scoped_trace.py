@@ -114,20 +114,6 @@ class ScopedTrace:
         module's call made, and that is used outside that call (or returned by the model), left
         the module. Graph bookkeeping between ops (lists, tuples) is looked through."""
         scope_of = {node: scope for _, (node, scope) in self.ops}
-
-        def users(value: "torch._C.Value") -> list[Optional[str]]:
-            """The scopes of the ops that use ``value`` (None: the model's output)."""
-            found: list[Optional[str]] = []
-            for use in value.uses():
-                user = use.user
-                if user in scope_of:
-                    found.append(scope_of[user])
-                elif user.kind() == "prim::Return":
-                    found.append(None)
-                else:
-                    found.extend(scope for output in user.outputs() for scope in users(output))
-            return found
-
         shapes: dict[str, dict[str, tuple[int, ...]]] = {}
         for _, (node, scope) in self.ops:
             for output in node.outputs():
@@ -135,7 +121,7 @@ class ScopedTrace:
                 sizes = kind.sizes() if isinstance(kind, torch._C.TensorType) else None
                 if sizes is None:
                     continue
-                used_in = [user.split("/") if user is not None else None for user in users(output)]
+                used_in = [user.split("/") if user is not None else None for user in _user_scopes(output, scope_of)]
                 for module in scope.split("/"):
                     if any(path is None or module not in path for path in used_in):
                         shapes.setdefault(module, {})[output.debugName()] = tuple(sizes)
@@ -180,6 +166,20 @@ class ScopedTrace:
 _TORCH_INTERNAL_ERRORS = ("INTERNAL ASSERT FAILED", "unordered_map::at")
 """Messages of errors raised by torch's own C++ code rather than by the model: a failed internal
 assertion (the tracer's alias analysis on some ops), a C++ lookup that escaped as a RuntimeError."""
+
+
+def _user_scopes(value: "torch._C.Value", scope_of: Mapping["torch._C.Node", str]) -> list[Optional[str]]:
+    """The scopes of the ops (``scope_of``) that use ``value``, through graph bookkeeping (None: the model's output)."""
+    found: list[Optional[str]] = []
+    for use in value.uses():
+        user = use.user
+        if user in scope_of:
+            found.append(scope_of[user])
+        elif user.kind() == "prim::Return":
+            found.append(None)
+        else:
+            found.extend(scope for output in user.outputs() for scope in _user_scopes(output, scope_of))
+    return found
 
 
 def _explained(failed: nn.Module, error: Exception) -> Exception:

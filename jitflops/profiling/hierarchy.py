@@ -140,30 +140,32 @@ def remove_module_types(root: ModuleProfile, model: nn.Module, ignored: Sequence
     aliases = module_aliases(model)
     type_of = {name: type(module) for module, name in aliases.items() if isinstance(module, nn.Module)}
     types = tuple(ignored)
-
-    def remove(node: ModuleProfile, ancestors: list[ModuleProfile]) -> None:
-        kept = []
-        for child in node.children:
-            if issubclass(type_of[child.name], types):
-                for ancestor in ancestors + [node]:
-                    ancestor.macs_by_op = +(ancestor.macs_by_op - child.macs_by_op)
-                    ancestor.elementwise_flops_by_op = +(ancestor.elementwise_flops_by_op - child.elementwise_flops_by_op)
-                    ancestor.comm_bytes_by_collective = +(ancestor.comm_bytes_by_collective - child.comm_bytes_by_collective)
-                    ancestor.int_macs_by_op = +(ancestor.int_macs_by_op - child.int_macs_by_op)
-                    ancestor.masked_out_macs -= child.masked_out_macs
-                    ancestor.bytes -= child.bytes
-                    if ancestor.predicted_s is not None and child.predicted_s is not None:
-                        ancestor.predicted_s -= child.predicted_s
-                    ancestor.activations -= child.activations
-                    ancestor.latency = _subtract(ancestor.latency, child.latency)
-            else:
-                remove(child, ancestors + [node])
-                kept.append(child)
-        node.children = kept
-
     if types:
-        remove(root, [])
+        _remove_below(root, [], lambda node: issubclass(type_of[node.name], types))
     return root
+
+
+def _remove_below(node: ModuleProfile, ancestors: list[ModuleProfile], removed: Callable[[ModuleProfile], bool]) -> None:
+    """:func:`remove_module_types` under ``node``: each child ``removed`` says to drop is taken out
+    of ``node`` and of every ancestor."""
+    kept = []
+    for child in node.children:
+        if removed(child):
+            for ancestor in ancestors + [node]:
+                ancestor.macs_by_op = +(ancestor.macs_by_op - child.macs_by_op)
+                ancestor.elementwise_flops_by_op = +(ancestor.elementwise_flops_by_op - child.elementwise_flops_by_op)
+                ancestor.comm_bytes_by_collective = +(ancestor.comm_bytes_by_collective - child.comm_bytes_by_collective)
+                ancestor.int_macs_by_op = +(ancestor.int_macs_by_op - child.int_macs_by_op)
+                ancestor.masked_out_macs -= child.masked_out_macs
+                ancestor.bytes -= child.bytes
+                if ancestor.predicted_s is not None and child.predicted_s is not None:
+                    ancestor.predicted_s -= child.predicted_s
+                ancestor.activations -= child.activations
+                ancestor.latency = _subtract(ancestor.latency, child.latency)
+        else:
+            _remove_below(child, ancestors + [node], removed)
+            kept.append(child)
+    node.children = kept
 
 
 def build_hierarchy(
@@ -196,8 +198,8 @@ def build_hierarchy(
     latency = latency or {}
     elementwise_keys = {short_op_name(kind) for kind in ELEMENTWISE_FLOP_FORMULAS.kinds()}
 
-    def build(module: nn.Module, name: str, depth: int) -> ModuleProfile:
-        node = ModuleProfile(
+    def profile_of(module: nn.Module, name: str, depth: int) -> ModuleProfile:
+        return ModuleProfile(
             name=name,
             type_name=type(module).__name__,
             depth=depth,
@@ -214,15 +216,21 @@ def build_hierarchy(
             bytes=traffic.get(name, 0),
             predicted_s=predicted.get(name, 0.0) if predicted is not None else None,
         )
+
+    root = profile_of(model, "", 0)
+    made, pending = [root], [(model, root)]
+    while pending:
+        module, node = pending.pop()
         for key, child in module.named_children():
-            child_name = f"{name}.{key}" if name else key
+            child_name = f"{node.name}.{key}" if node.name else key
             if aliases[child] == child_name:  # shared modules live under their canonical name only
-                node.children.append(build(child, child_name, depth + 1))
+                node.children.append(profile_of(child, child_name, node.depth + 1))
+                made.append(node.children[-1])
+                pending.append((child, node.children[-1]))
+    for node in reversed(made):  # each node after its children
         if node.latency is None:  # never called itself (a ModuleList) or not timed
             node.latency = _sum_of_children(node.children)
-        return node
-
-    return remove_module_types(build(model, "", 0), model, ignore_modules)
+    return remove_module_types(root, model, ignore_modules)
 
 
 def _weighted_sum(counters: typing.Iterable[tuple[typing.Mapping[str, float], int]]) -> typing.Counter[str]:
@@ -241,25 +249,31 @@ def combined_trees(
     weight: how many forwards it stands for), a module called if it was called in any, and its
     latency made by ``latency_of(name, the trees' latencies)`` (a container's, if that gives
     none, its children's added up)."""
-
     indexes = [({other.name: other for other in tree.walk()}, weight) for tree, weight in trees]
+    return _merged(trees[0][0], indexes, latency_of)
 
-    def merge(node: ModuleProfile) -> ModuleProfile:
-        same = [(index[node.name], weight) for index, weight in indexes if node.name in index]
-        children = [merge(child) for child in node.children]
-        return dataclasses.replace(
-            node,
-            macs_by_op=_weighted_sum((other.macs_by_op, weight) for other, weight in same),
-            elementwise_flops_by_op=_weighted_sum((other.elementwise_flops_by_op, weight) for other, weight in same),
-            activations=sum(other.activations * weight for other, weight in same),
-            comm_bytes_by_collective=_weighted_sum((other.comm_bytes_by_collective, weight) for other, weight in same),
-            int_macs_by_op=_weighted_sum((other.int_macs_by_op, weight) for other, weight in same),
-            masked_out_macs=sum(other.masked_out_macs * weight for other, weight in same),
-            bytes=sum(other.bytes * weight for other, weight in same),
-            predicted_s=None if any(other.predicted_s is None for other, _ in same) else sum(other.predicted_s * weight for other, weight in same),
-            called=any(other.called for other, _ in same),
-            latency=latency_of(node.name, [other.latency for other, _ in same]) or _sum_of_children(children),
-            children=children,
-        )
 
-    return merge(trees[0][0])
+def _merged(
+    node: ModuleProfile,
+    indexes: Sequence[tuple[Mapping[str, ModuleProfile], int]],
+    latency_of: Callable[[str, list[Optional[LatencyStats]]], Optional[LatencyStats]],
+) -> ModuleProfile:
+    """``node`` and its subtree as :func:`combined_trees` combines them: each tree's node of the
+    same name (``indexes``: each tree's nodes by name, and its weight)."""
+    same = [(index[node.name], weight) for index, weight in indexes if node.name in index]
+    children = [_merged(child, indexes, latency_of) for child in node.children]
+    return dataclasses.replace(
+        node,
+        macs_by_op=_weighted_sum((other.macs_by_op, weight) for other, weight in same),
+        elementwise_flops_by_op=_weighted_sum((other.elementwise_flops_by_op, weight) for other, weight in same),
+        activations=sum(other.activations * weight for other, weight in same),
+        comm_bytes_by_collective=_weighted_sum((other.comm_bytes_by_collective, weight) for other, weight in same),
+        int_macs_by_op=_weighted_sum((other.int_macs_by_op, weight) for other, weight in same),
+        masked_out_macs=sum(other.masked_out_macs * weight for other, weight in same),
+        bytes=sum(other.bytes * weight for other, weight in same),
+        predicted_s=None if any(other.predicted_s is None for other, _ in same) else sum(other.predicted_s * weight for other, weight in same),
+        called=any(other.called for other, _ in same),
+        latency=latency_of(node.name, [other.latency for other, _ in same]) or _sum_of_children(children),
+        children=children,
+    )
+

@@ -245,14 +245,6 @@ def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int
             items.append(node.extra_repr)
         return ", ".join(items)
 
-    def render(node: ModuleProfile) -> str:
-        """``nn.Module.__repr__``'s layout, with the figures as each module's extra_repr."""
-        children = node.children
-        if not children:
-            return f"{node.type_name}({describe(node)})"
-        lines = [describe(node)] + [f"({child.name.rpartition('.')[2]}): " + render(child).replace("\n", "\n  ") for child in children]
-        return f"{node.type_name}(\n  " + "\n  ".join(lines) + "\n)"
-
     return [
         "",
         DETAILED_TITLE,
@@ -268,8 +260,17 @@ def _detailed_lines(root: ModuleProfile, peak_flops: Optional[float], ranks: int
         "larger than the maximum system throughput.",
         *([f"3. Gathered over {ranks} ranks: params are this rank's, MACs and comm the sum over ranks, latency the median over ranks, MFU against the sum of their peaks."] if ranks else []),
         "",
-        render(root),
+        _render(root, describe),
     ]
+
+
+def _render(node: ModuleProfile, describe: Callable[[ModuleProfile], str]) -> str:
+    """``nn.Module.__repr__``'s layout, with ``describe``'s figures as each module's extra_repr."""
+    children = node.children
+    if not children:
+        return f"{node.type_name}({describe(node)})"
+    lines = [describe(node)] + [f"({child.name.rpartition('.')[2]}): " + _render(child, describe).replace("\n", "\n  ") for child in children]
+    return f"{node.type_name}(\n  " + "\n  ".join(lines) + "\n)"
 
 
 def format_model_profile(

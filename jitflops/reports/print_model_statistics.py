@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from torch import nn
 
@@ -50,19 +50,19 @@ def _remove_zero_statistics(
     """Modules whose every statistic is zero are dropped, except the root, those in ``force_keep``
     and, with ``require_trivial_children``, those with a kept descendant (fvcore's helper; fvcore
     also drops an all-zero root)."""
-    keep = force_keep or set()
     kept: dict[str, dict[str, int]] = {}
-
-    def visit(name: str) -> bool:
-        child_kept = [visit(child) for child in _children(name, statistics)]
-        keep_row = name == "" or name in keep or any(value != 0 for value in statistics[name].values())
-        keep_row = keep_row or (require_trivial_children and any(child_kept))
-        if keep_row:
-            kept[name] = dict(statistics[name])
-        return keep_row
-
-    visit("")
+    _keep_nonzero("", statistics, force_keep or set(), require_trivial_children, kept)
     return kept
+
+
+def _keep_nonzero(name: str, statistics: Mapping[str, Mapping[str, int]], keep: set[str], require_trivial_children: bool, kept: dict[str, dict[str, int]]) -> bool:
+    """Whether ``name``'s row is kept (after its children's, into ``kept``), by :func:`_remove_zero_statistics`' rule."""
+    child_kept = [_keep_nonzero(child, statistics, keep, require_trivial_children, kept) for child in _children(name, statistics)]
+    keep_row = name == "" or name in keep or any(value != 0 for value in statistics[name].values())
+    keep_row = keep_row or (require_trivial_children and any(child_kept))
+    if keep_row:
+        kept[name] = dict(statistics[name])
+    return keep_row
 
 
 def _pretty_statistics(statistics: Mapping[str, Mapping[str, int]], sig_figs: int = 3, hide_zero: bool = False) -> ModuleStats:
@@ -106,27 +106,25 @@ def _add_latency(printed: ModuleStats, flops_by_module: Mapping[str, int], laten
 
 def _model_stats_str(model: nn.Module, stats: ModuleStats) -> str:
     """``str(model)`` with each module's statistics as an extra line, as fvcore prints it."""
+    return _module_repr(model, "", stats)
 
-    def indent(text: str) -> str:
-        first, *rest = text.split("\n")
-        return "\n".join([first] + ["  " + line for line in rest])
 
-    def render(module: nn.Module, name: str) -> str:
-        extra_lines = module.extra_repr().split("\n") if module.extra_repr() else []
-        if name in stats:
-            printed = ", ".join(f"{column}: {value}" for column, value in stats[name].items())
-            extra_lines.extend(printed.split("\n") if printed else [])
-        child_lines = []
-        for key, child in module._modules.items():
-            if child is not None:
-                child_lines.append(f"({key}): " + indent(render(child, f"{name}.{key}" if name else key)))
-        lines = extra_lines + child_lines
-        text = module._get_name() + "("
-        if lines:
-            text += extra_lines[0] if len(extra_lines) == 1 and not child_lines else "\n  " + "\n  ".join(lines) + "\n"
-        return text + ")"
-
-    return render(model, "")
+def _module_repr(module: nn.Module, name: str, stats: ModuleStats) -> str:
+    """``repr(module)`` (``name`` in the model) with its statistics added to its extra_repr."""
+    extra_lines = module.extra_repr().split("\n") if module.extra_repr() else []
+    if name in stats:
+        printed = ", ".join(f"{column}: {value}" for column, value in stats[name].items())
+        extra_lines.extend(printed.split("\n") if printed else [])
+    child_lines = []
+    for key, child in module._modules.items():
+        if child is not None:
+            first, *rest = _module_repr(child, f"{name}.{key}" if name else key, stats).split("\n")
+            child_lines.append(f"({key}): " + "\n".join([first] + ["  " + line for line in rest]))
+    lines = extra_lines + child_lines
+    text = module._get_name() + "("
+    if lines:
+        text += extra_lines[0] if len(extra_lines) == 1 and not child_lines else "\n  " + "\n  ".join(lines) + "\n"
+    return text + ")"
 
 
 UNCALLED_LEGEND = (
@@ -197,27 +195,25 @@ def _fastforward(name: str, stats: ModuleStats) -> tuple[str, dict[str, str]]:
 
 def _model_stats_table(stats: ModuleStats, max_depth: int = 3, stat_columns: Optional[list[str]] = None) -> str:
     columns = stat_columns if stat_columns is not None else list(dict.fromkeys(column for row in stats.values() for column in row))
-    rows: list[list[str]] = []
-
-    def add_row(name: str, row: dict[str, str], depth: int, shown_name: str) -> None:
-        pad = " " * depth
-        rows.append([pad + shown_name] + [pad + row[column] if column in row else "" for column in columns])
-
     root_name, root_row = _fastforward("", stats)
-    add_row(root_name, root_row, 0, root_name or "model")
     root_prefix = root_name + "." if root_name else ""
-
-    def fill(depth: int, parent: str) -> None:
-        if depth > max_depth:
-            return
-        for child in _children(parent, stats):
-            name, row = _fastforward(child, stats)
-            shown = name[len(root_prefix):] if root_prefix and name.startswith(root_prefix) else name
-            add_row(name, row, depth, shown)
-            fill(depth + 1, name)
-
-    fill(1, root_name)
+    rows = []
+    for depth, name, row in [(0, root_name or "model", root_row), *_rows_below(root_name, stats, 1, max_depth)]:
+        shown = name[len(root_prefix):] if depth and root_prefix and name.startswith(root_prefix) else name
+        pad = " " * depth
+        rows.append([pad + shown] + [pad + row[column] if column in row else "" for column in columns])
     return pipe_table(rows, headers=["module"] + columns)
+
+
+def _rows_below(parent: str, stats: ModuleStats, depth: int, max_depth: int) -> Iterator[tuple[int, str, dict[str, str]]]:
+    """Each module under ``parent`` down to ``max_depth``, depth first, with its depth and row
+    (a chain of single children is shown as one row, :func:`_fastforward`)."""
+    if depth > max_depth:
+        return
+    for child in _children(parent, stats):
+        name, row = _fastforward(child, stats)
+        yield depth, name, row
+        yield from _rows_below(name, stats, depth + 1, max_depth)
 
 
 OUTPUT_SHAPE = "output shape"
