@@ -472,7 +472,7 @@ def search_space(candidates: int = 1000) -> dict[str, Any]:
     image = torch.randn(1, 3, 64, 64)
     models = [candidate(seed) for seed in range(candidates)]
     results: dict[str, Any] = {"candidates": candidates, "counts_per_second": {}, "failed": {}}
-    for tool in ("jitflops", "export", "FCM fake", *PEERS):
+    for tool in ("jitflops", "dispatch", "export", "FCM fake", *PEERS):
         totals = []
         start = time.perf_counter()
         try:
