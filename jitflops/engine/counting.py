@@ -182,7 +182,7 @@ def _handled(
 
     A generator of the module rather than a recursive closure: a closure that calls itself is a
     reference cycle, which kept the trace (the JIT's graph) alive until Python's cyclic collector
-    ran, and that collection then cost more than the count (``tools/bench.py``'s search space)."""
+    ran, and its collections walk every object of the process."""
     for kind, item in operations:
         handle = handles.get(kind)
         if handle is not None:
