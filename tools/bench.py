@@ -489,8 +489,8 @@ def search_space(candidates: int = 1000) -> dict[str, Any]:
 
 def search_space_in_fresh_process() -> dict[str, Any]:
     """:func:`search_space` in a new process, as a search would run: after the zoo's large models,
-    the JIT tracer's many small allocations cost up to twice as much in this process (jitflops 26
-    candidates a second here against 43 in a fresh one; fvcore 13 against 32), other tools' less."""
+    the JIT tracers ran up to twice as slow in the same process (2026-11-26: jitflops 26 candidates
+    a second there against 54 in a fresh one, fvcore 13 against 25), the other tools less."""
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "search.json"
         subprocess.run([sys.executable, __file__, "--only", "search", "--json", str(path)], check=True, stdout=subprocess.DEVNULL)

@@ -224,9 +224,10 @@ def build_hierarchy(
         for key, child in module.named_children():
             child_name = f"{node.name}.{key}" if node.name else key
             if aliases[child] == child_name:  # shared modules live under their canonical name only
-                node.children.append(profile_of(child, child_name, node.depth + 1))
-                made.append(node.children[-1])
-                pending.append((child, node.children[-1]))
+                child_node = profile_of(child, child_name, node.depth + 1)
+                node.children.append(child_node)
+                made.append(child_node)
+                pending.append((child, child_node))
     for node in reversed(made):  # each node after its children
         if node.latency is None:  # never called itself (a ModuleList) or not timed
             node.latency = _sum_of_children(node.children)
