@@ -152,6 +152,19 @@ def test_batch_norm_training_and_eval():
     assert FlopCountAnalysis(bn.eval(), x).total() == 2 * x.numel()
 
 
+@pytest.mark.parametrize("kernel", ["cudnn", "miopen"])
+def test_gpu_batch_norm_kernels_count_as_the_native_ones(kernel):
+    """A GPU runs float32 batch norms through cuDNN's (MIOpen's) kernel: the dispatch backend on an
+    H100 left ``cudnn_batch_norm`` uncounted in ResNet-50. Eval 2 and training 5 per element, as
+    the native forms; its backward serves batch statistics only, twice the training forward."""
+    aten, x, w = torch.ops.aten, torch.empty(2, 4, 8, 8, device="meta"), torch.empty(4, device="meta")
+    forward, backward = getattr(aten, f"{kernel}_batch_norm"), getattr(aten, f"{kernel}_batch_norm_backward")
+    assert _kernel_count(forward, (x, w, w, w, w), False, 0.1, 1e-5) == {f"{kernel}_batch_norm": 2 * x.numel()}
+    assert _kernel_count(forward, (x, w, w, w, w), True, 0.1, 1e-5) == {f"{kernel}_batch_norm": 5 * x.numel()}
+    reserve = (torch.empty(0, dtype=torch.uint8, device="meta"),) if kernel == "cudnn" else ()
+    assert _kernel_count(backward, (x, x, w, w, w, w, w), 1e-5, *reserve) == {f"{kernel}_batch_norm_backward": 10 * x.numel()}
+
+
 def test_instance_norm_5d():
     x = torch.randn(2, 3, 4, 4, 4)
     assert FlopCountAnalysis(nn.InstanceNorm3d(3, affine=True), x).total() == 5 * x.numel()

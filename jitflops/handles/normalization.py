@@ -7,7 +7,9 @@ scale-shift, 2 per element with affine and 1 without. ``rms_norm`` skips the mea
 4 per element with a weight (square, accumulate, normalise, scale), 3 without.
 
 The dispatch front end sees the ``native_*`` forms of the same ops, and their backward, which is
-counted as twice the forward (the gradients of the input and of the affine parameters).
+counted as twice the forward (the gradients of the input and of the affine parameters). On a GPU,
+float32 and float16 batch norms run cuDNN's (or MIOpen's) kernel, whose backward exists for batch
+statistics alone: torch differentiates a ``training=False`` call through ``native_batch_norm_backward``.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ def _per_element(op: OpRecord, with_affine: int, without_affine: int) -> int:
 
 
 _TRAINING_KINDS = frozenset({"aten::_batch_norm_with_update", "aten::_batch_norm_with_update_functional"})
+_BATCH_STATISTICS_BACKWARDS = frozenset({"aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm_backward"})
 
 
 def _training(op: OpRecord) -> bool:
     """Batch norm normalises with batch statistics: ``training`` (``train`` in the backward,
-    ``update`` in the backward of the ``_with_update`` forms), or the ``_with_update`` forms; the
-    ``_no_training``/``_no_update`` forms use the running ones."""
-    if op.kind in _TRAINING_KINDS:
+    ``update`` in the backward of the ``_with_update`` forms), or the ``_with_update`` forms and
+    cuDNN's and MIOpen's backward; the ``_no_training``/``_no_update`` forms use the running ones."""
+    if op.kind in _TRAINING_KINDS or op.kind in _BATCH_STATISTICS_BACKWARDS:
         return True
     for name in ("training", "train", "update"):
         if op.has_arg(name):
@@ -39,7 +42,7 @@ def _training(op: OpRecord) -> bool:
 
 @FLOP_FORMULAS.register(
     "aten::batch_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit_no_training",
-    "aten::_batch_norm_no_update", *_TRAINING_KINDS,
+    "aten::_batch_norm_no_update", "aten::cudnn_batch_norm", "aten::miopen_batch_norm", *_TRAINING_KINDS,
 )
 def batch_norm_flops(op: OpRecord) -> int:
     return _per_element(op, 5, 4) if _training(op) else _per_element(op, 2, 1)
@@ -55,7 +58,7 @@ def rms_norm_flops(op: OpRecord) -> int:
     return _per_element(op, 4, 3)
 
 
-@FLOP_FORMULAS.register("aten::native_batch_norm_backward", "aten::batch_norm_backward")
+@FLOP_FORMULAS.register("aten::native_batch_norm_backward", "aten::batch_norm_backward", *_BATCH_STATISTICS_BACKWARDS)
 def batch_norm_backward_flops(op: OpRecord) -> int:
     return 2 * batch_norm_flops(op)
 
