@@ -57,7 +57,12 @@ convolutions run at every pixel), and holds activations to match."""
 
 def _convolution_on_meta(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int], padding: list[int],
                          dilation: list[int], transposed: bool, output_padding: list[int], groups: int) -> torch.Tensor:
-    """``aten::convolution`` for meta tensors, as the CPU kernel runs it: through ``aten::_convolution``."""
+    """``aten::convolution`` for meta tensors, as the CPU kernel runs it: through ``aten::_convolution``.
+    Outside the JIT tracer, torch's own meta kernel: a FakeTensorMode can still reach this one after
+    the trace has removed it (seen on torch 2.11 and 2.13), and on torch 2.11 ``aten::_convolution``
+    then ends in ``convolution_overrideable``, which has no meta kernel any more."""
+    if torch._C._get_tracing_state() is None:
+        return global_decomposition_table["meta"][torch.ops.aten.convolution.default](input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     return torch.ops.aten._convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, False, False, True, True)
 
 
