@@ -1,8 +1,11 @@
 """``memory_footprint``: the memory a model needs for inference or a training step, per module,
 estimated without allocating it; ``largest_fitting``: the largest batch or length that fits.
 
-The step runs on a copy of the model made of fake tensors (``FakeTensorMode``, CPU semantics: the
-same kernels are chosen as on the CPU, attention's fused kernels included), under
+The step runs on a copy of the model made of fake tensors (``FakeTensorMode``) on the device the
+model is on: a model on a GPU of this machine gets fake CUDA tensors, so that the step takes the
+kernels CUDA would (SDPA's flash, memory-efficient or math kernel, by dtype and shape: a float32
+grouped-query attention runs the math kernel there and holds its scores); any other model, the CPU's
+kernels (attention's fused kernels included). It runs under
 :class:`~jitflops.estimates.memory_recorder.MemoryRecorder`. A training step is the forward, the backward
 from the output's ``loss`` (else from the sum of its floating outputs), the output dropped, then
 the optimizer's ``step`` and ``zero_grad``. The peak is a steady step's, not the first's (whose
@@ -57,6 +60,16 @@ def _cache_of(output: Any) -> Any:
 
 def _is_gpu(device: Optional[DeviceSpec]) -> bool:
     return device is not None and not device.name.lower().startswith("cpu")
+
+
+def _fake_device(model: nn.Module, call: ModelCall, sharded: bool) -> str:
+    """The device of the fake copy: the CUDA device the model's first weight (else input) is on,
+    where this machine has CUDA; else, and for a sharded estimate (its fake mesh is the CPU's), the CPU."""
+    if sharded:
+        return "cpu"
+    for tensor in [*model.parameters(), *model.buffers(), *call.tensors()]:
+        return str(tensor.device) if tensor.device.type == "cuda" and torch.cuda.is_available() else "cpu"
+    return "cpu"
 
 
 class _Step:
@@ -123,13 +136,17 @@ def memory_footprint(
       Not together with ``fsdp``: torch's 2-D mesh does not build on fake tensors.
     - ``device``: the device the step would run on (a name of the device table or a spec): a GPU
       rounds allocations as the CUDA caching allocator does and steps torch's optimizers with their
-      multi-tensor (``foreach``) implementation, as torch does by default there.
+      multi-tensor (``foreach``) implementation, as torch does by default there. A model on a GPU
+      of this machine is estimated as on that GPU, with CUDA's kernels, whatever ``device`` says.
     - ``kv_cache_length``: with inference, the generation length the KV cache is grown to (its
       bytes per token are read from the output's ``past_key_values``).
     """
     spec = device_spec(device) if device is not None else None
-    rounding = GPU_ROUNDING if _is_gpu(spec) else 1
-    factory = optimizer_factory(train, foreach=_is_gpu(spec)) if train is not None else None
+    call = ModelCall.from_user(inputs, kwargs)
+    fake_device = _fake_device(model, call, sharded=fsdp is not None or tensor_parallel is not None)
+    gpu = _is_gpu(spec) or fake_device != "cpu"
+    rounding = GPU_ROUNDING if gpu else 1
+    factory = optimizer_factory(train, foreach=gpu) if train is not None else None
     if checkpointing and not _checkpointing_switch(model):
         raise ValueError(f"{type(model).__name__} has no activation_checkpointing_enable() or gradient_checkpointing_enable(): wrap its blocks in torch.utils.checkpoint instead of checkpointing=True")
     if checkpointing and train is None:
@@ -138,9 +155,8 @@ def memory_footprint(
         raise ValueError("fsdp with tensor_parallel (a 2-D mesh) cannot be estimated: torch's 2-D mesh does not build on fake tensors; give one of them")
     if kv_cache_length is not None and train is not None:
         raise ValueError("kv_cache_length applies to inference (generation): leave train unset")
-    call = ModelCall.from_user(inputs, kwargs)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
-    twin, fake_call, _ = empty_copy(model, call, "cpu", fake_mode)
+    twin, fake_call, _ = empty_copy(model, call, fake_device, fake_mode)
     settings = {"dtype": dtype, "autocast": autocast, "master_weights": master_weights, "checkpointing": checkpointing, "fsdp": fsdp,
                 "tensor_parallel": tensor_parallel, "device": spec.name if spec else None, "batch": _batch(call)}
     with ExitStack() as stack:
@@ -241,7 +257,8 @@ def _run(step: _Step, factory: Optional[Callable[..., torch.optim.Optimizer]], a
             step.claim(tensor, "inputs")
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer, masters = _optimizer(step, factory, trainable, master_weights, owners) if factory is not None else (None, {})
-        autocasting = torch.autocast("cpu", dtype=autocast) if autocast is not None else nullcontext()
+        device_type = next((t.device.type for t in model.parameters()), "cpu")
+        autocasting = torch.autocast(device_type, dtype=autocast) if autocast is not None else nullcontext()
         with recorder.phase(FORWARD), torch.set_grad_enabled(optimizer is not None), autocasting:
             output = step.call.run(model)
         _claim_all(step, tensor_leaves(output) + tuple(tensors_inside(_cache_of(output))), "outputs")
