@@ -1,10 +1,14 @@
 """The GPU check, in one command, for a machine with a GPU and no network where torch is installed.
 
-It calibrates the GPU (``jitflops calibrate``), runs the CUDA tests (the timed pass with CUDA
-events), and for the zoo in bfloat16 and float32 compares the roofline's predicted time, per module
-and in total, with the timed pass, on the calibrated spec and on the datasheet's, and the memory
-estimate (inference and an AdamW step, on fake tensors with the GPU's allocator rounding) with
-``torch.cuda.max_memory_allocated`` and ``MemTracker`` of the same steady step; it writes one JSON.
+It calibrates the GPU (``jitflops calibrate``) and runs the CUDA tests (``tests/test_cuda.py``: the
+counts of CUDA's kernels; the timed pass with CUDA events). For the zoo in bfloat16 and float32, it
+compares the roofline's predicted time, on the calibrated spec and on the datasheet's, with the
+forward without hooks at batch 1 and 8, and the prediction without launch costs with the kernels'
+summed time (``torch.profiler``); it keeps the timed pass per leaf module and its hooks' overhead.
+It compares the memory estimate (inference and an AdamW step; of the model on the CPU with the
+GPU's allocator rounding, and of the model on the GPU, on fake CUDA tensors) with
+``torch.cuda.max_memory_allocated`` and ``MemTracker`` of the same steady step. It writes one JSON,
+after each model, so that a run cut short keeps what it measured.
 
 jitflops' own dependencies are pure Python. On a machine without network, carry them as wheels
 from one with it, and install them without dependencies next to the torch already there::
@@ -14,6 +18,7 @@ from one with it, and install them without dependencies next to the torch alread
 
     python tools/gpu_check.py                                   # everything; gpu_check.json
     python tools/gpu_check.py --models bert-base --no-tests     # one model, no test run
+    python tools/gpu_check.py --tests resnet                    # the CUDA tests whose names hold "resnet"
     python tools/gpu_check.py --device cpu --models transformer --no-tests   # the same flow on a CPU
 """
 
@@ -22,14 +27,20 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import statistics
 import subprocess
 import sys
 import time
+import traceback
 import warnings
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+from torch.utils._pytree import tree_map_only
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -37,11 +48,14 @@ sys.path.insert(0, str(REPO))
 from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
 
 from jitflops import memory_footprint, profile_model  # noqa: E402
+from jitflops.estimates.roofline import PredictedTimeAnalysis  # noqa: E402
 from jitflops.timing.calibration import calibrate  # noqa: E402
 from jitflops.estimates.devices import DeviceSpec, spec_of_gpu  # noqa: E402
 from jitflops.examples import all_examples  # noqa: E402
 
 MODELS = ["bert-base", "gpt2", "vit-b16", "resnet-50", "mobilenet-v2", "t5-small", "llama-gqa"]
+BATCHES = (1, 8)
+"""Batch 1, where an eager forward on a GPU waits on the CPU to launch its kernels, and 8."""
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -55,24 +69,73 @@ def _cast(value: Any, device: str, dtype: torch.dtype) -> Any:
     return value
 
 
+def _batched(value: Any, batch: int) -> Any:
+    """The example's inputs (batch 1) repeated to ``batch`` rows."""
+    return tree_map_only(torch.Tensor, lambda t: t.expand(batch, *t.shape[1:]).contiguous() if t.dim() and t.shape[0] == 1 else t, value)
+
+
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def eager_seconds(model: torch.nn.Module, args: Any, kwargs: Any, device: str, repeats: int) -> float:
+    """The median wall time of a forward without hooks, synchronised: what a user of the model waits."""
+    samples = []
+    with torch.no_grad():
+        for _ in range(2 + repeats):
+            _synchronize(device)
+            start = time.perf_counter()
+            model(*args, **kwargs)
+            _synchronize(device)
+            samples.append(time.perf_counter() - start)
+    return statistics.median(samples[2:])
+
+
+def kernel_seconds(model: torch.nn.Module, args: Any, kwargs: Any, device: str) -> float:
+    """The GPU's busy time in one forward: its kernels' durations summed (``torch.profiler``), the
+    time the roofline models without the launches between them (0 on the CPU)."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with torch.no_grad(), profile(activities=activities) as profiler:
+        model(*args, **kwargs)
+        _synchronize(device)
+    # each kernel is a device event and also in its launching op's self device time: the ops' alone
+    return sum(event.self_device_time_total for event in profiler.events() if event.device_type == DeviceType.CPU) / 1e6
+
+
+def _predicted(model: torch.nn.Module, args: Any, kwargs: Any, spec: DeviceSpec) -> float:
+    analysis = PredictedTimeAnalysis(model, args, kwargs, device=spec).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    return analysis.total()
+
+
 def compare(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceSpec], repeats: int) -> dict[str, Any]:
-    """One model's measured forward against each spec's prediction, in total and per leaf module."""
+    """One model's measured forward against each spec's prediction. At batch 1, the profile's timed
+    pass per leaf module (CUDA events between hooks) and its hooks' overhead; at each of
+    :data:`BATCHES`, the forward without hooks against the prediction, and the kernels' summed
+    time against the prediction without its launch cost."""
     model, args, kwargs = all_examples()[name].instantiate("cpu")
     model = model.to(device=device, dtype=dtype)
     args, kwargs = _cast(args, device, dtype), _cast(kwargs, device, dtype)
-    result: dict[str, Any] = {"model": name, "dtype": str(dtype).removeprefix("torch."), "specs": {}}
-    for label, spec in specs.items():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            profile = profile_model(model, args, kwargs, repeats=repeats, device=spec)
-        leaves = [node for node in profile.root.walk() if not node.children and node.latency is not None and node.predicted_s]
-        result["measured_s"] = profile.summary.forward.median
-        result["specs"][label] = {
-            "predicted_s": profile.summary.predicted_s,
-            "error": profile.summary.predicted_to_measured - 1,
-            "bound": profile.summary.bound,
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        profiled = profile_model(model, args, kwargs, repeats=repeats, device=specs["calibrated"])
+        leaves = [node for node in profiled.root.walk() if not node.children and node.latency is not None and node.predicted_s]
+        result: dict[str, Any] = {
+            "model": name, "dtype": str(dtype).removeprefix("torch."),
+            "timed_s": profiled.summary.forward.median, "hook_overhead": profiled.summary.timing_overhead,
             "modules": {node.name: {"measured_s": node.latency.median, "predicted_s": node.predicted_s} for node in leaves},
+            "batches": {},
         }
+        for batch in BATCHES:
+            batch_args, batch_kwargs = _batched(args, batch), _batched(kwargs, batch)
+            row: dict[str, Any] = {"eager_s": eager_seconds(model, batch_args, batch_kwargs, device, repeats),
+                                   "kernel_s": kernel_seconds(model, batch_args, batch_kwargs, device), "specs": {}}
+            for label, spec in specs.items():
+                predicted = _predicted(model, batch_args, batch_kwargs, spec)
+                kernels = _predicted(model, batch_args, batch_kwargs, replace(spec, launch_s=0.0))
+                row["specs"][label] = {"predicted_s": predicted, "error_vs_eager": predicted / row["eager_s"] - 1,
+                                       "kernel_predicted_s": kernels, "error_vs_kernels": kernels / row["kernel_s"] - 1 if row["kernel_s"] else None}
+            result["batches"][str(batch)] = row
     return result
 
 
@@ -101,6 +164,11 @@ def compare_memory(name: str, device: str, dtype: torch.dtype, spec: Optional[De
         estimate = memory_footprint(model.to(dtype), _cast(args, "cpu", dtype), _cast(kwargs, "cpu", dtype), train=None if mode == "inference" else "adamw", device=spec)
         model = model.to(device=device, dtype=dtype)
         args, kwargs = _cast(args, device, dtype), _cast(kwargs, device, dtype)
+        # the same estimate of the model where it runs: its fake tensors on this device take its kernels (SDPA's choice on CUDA)
+        try:
+            on_device: Any = memory_footprint(model, args, kwargs, train=None if mode == "inference" else "adamw", device=spec).peak
+        except Exception as error:  # noqa: BLE001 - recorded in the row
+            on_device = f"{type(error).__name__}: {error}"[:500]
         optimizer = torch.optim.AdamW(model.parameters()) if mode == "adamw" else None
         model.train(optimizer is not None)
 
@@ -127,20 +195,50 @@ def compare_memory(name: str, device: str, dtype: torch.dtype, spec: Optional[De
                                "memtracker": next(peak["Total"] for where, peak in tracker.get_tracker_snapshot("peak").items()
                                                   if where.type == torch.device(device).type) + inputs}
         row["error_vs_memtracker"] = estimate.peak / row["memtracker"] - 1
+        row["estimate_on_device"] = on_device
         if cuda:
             torch.cuda.synchronize(device)
             row["max_memory_allocated"] = torch.cuda.max_memory_allocated(device) - baseline
             row["error_vs_cuda"] = estimate.peak / row["max_memory_allocated"] - 1
+            row["on_device_error_vs_cuda"] = on_device / row["max_memory_allocated"] - 1 if isinstance(on_device, int) else None
         rows.append(row)
         del model, optimizer, args, kwargs, tracker
     return rows
 
 
-def run_cuda_tests() -> dict[str, Any]:
+def run_cuda_tests(selection: str) -> dict[str, Any]:
+    """The tests that need CUDA, ``tests/test_cuda.py`` and the CUDA cases of the profile's tests,
+    whose names match ``selection`` too (pytest's ``-k``)."""
     started = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-k", "cuda", "tests/test_profile.py", "tests/test_mfu.py"],
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-k", f"cuda and ({selection})", "tests/test_cuda.py", "tests/test_profile.py", "tests/test_mfu.py"],
                          cwd=REPO, capture_output=True, text=True)
-    return {"returncode": run.returncode, "seconds": time.perf_counter() - started, "tail": run.stdout[-2000:] + run.stderr[-2000:]}
+    return {"returncode": run.returncode, "seconds": time.perf_counter() - started, "tail": run.stdout[-6000:] + run.stderr[-2000:]}
+
+
+def _guarded(label: str, work: Callable[[], Any]) -> Any:
+    """``work()``, or a row naming ``label`` and the error: one model's failure costs the others
+    nothing on a machine lent for minutes."""
+    try:
+        return work()
+    except Exception as error:  # noqa: BLE001 - recorded in the JSON and printed
+        print(f"{label}: {type(error).__name__}: {error}", flush=True)
+        return {"failed": label, "error": traceback.format_exc()[-3000:]}
+
+
+def _model_line(row: dict[str, Any]) -> str:
+    parts = [f"{row['model']} {row['dtype']}: timed with hooks {row['timed_s'] * 1e3:.2f} ms (hooks {row['hook_overhead']:+.0%})"]
+    for batch, figures in row["batches"].items():
+        errors = ", ".join(f"{label} {spec['error_vs_eager']:+.0%}" + (f" (kernels {spec['error_vs_kernels']:+.0%})" if spec["error_vs_kernels"] is not None else "")
+                           for label, spec in figures["specs"].items())
+        parts.append(f"batch {batch}: eager {figures['eager_s'] * 1e3:.2f} ms, kernels {figures['kernel_s'] * 1e3:.2f} ms, predicted {errors}")
+    return "; ".join(parts)
+
+
+def _memory_line(row: dict[str, Any]) -> str:
+    cuda = (f", max_memory_allocated {row['max_memory_allocated']:,} B ({row['error_vs_cuda']:+.2%};"
+            f" estimated on the device: {row['on_device_error_vs_cuda']:+.2%})" if row["on_device_error_vs_cuda"] is not None
+            else f" estimated on the device: {row['estimate_on_device']})") if "error_vs_cuda" in row else ""
+    return f"{row['model']} {row['dtype']} {row['mode']}: estimated {row['estimate']:,} B, MemTracker {row['memtracker']:,} B ({row['error_vs_memtracker']:+.2%}){cuda}"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -150,12 +248,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--dtypes", nargs="*", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--no-tests", action="store_true", help="skip the CUDA tests")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory estimates")
+    parser.add_argument("--tests", default="cuda", help="run the CUDA tests matching this pytest -k expression (default: all)")
     parser.add_argument("--output", default="gpu_check.json")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
     logging.disable(logging.WARNING)
+    output = Path(args.output)
     calibrated = calibrate(args.device)
     specs = {"calibrated": calibrated}
     datasheet = spec_of_gpu(torch.cuda.get_device_name(args.device)) if args.device.startswith("cuda") else None
@@ -166,19 +267,32 @@ def main(argv: Optional[list[str]] = None) -> int:
         "torch": torch.__version__,
         "calibrated": json.loads(calibrated.to_json()),
         "datasheet": None if datasheet is None else datasheet.name,
-        "tests": None if args.no_tests else run_cuda_tests(),
-        "models": [compare(name, args.device, DTYPES[dtype], specs, args.repeats) for dtype in args.dtypes for name in args.models],
-        "memory": [row for dtype in args.dtypes for name in args.models for row in compare_memory(name, args.device, DTYPES[dtype], datasheet)],
+        "tests": None,
+        "models": [],
+        "memory": [],
     }
-    Path(args.output).write_text(json.dumps(document, indent=1))
-    for row in document["models"]:
-        errors = ", ".join(f"{label} {figures['error']:+.0%}" for label, figures in row["specs"].items())
-        print(f"{row['model']} {row['dtype']}: measured {row['measured_s'] * 1e3:.2f} ms, predicted: {errors}")
-    for row in document["memory"]:
-        cuda = f", max_memory_allocated {row['max_memory_allocated']:,} B ({row['error_vs_cuda']:+.2%})" if "error_vs_cuda" in row else ""
-        print(f"{row['model']} {row['dtype']} {row['mode']}: estimated {row['estimate']:,} B, MemTracker {row['memtracker']:,} B ({row['error_vs_memtracker']:+.2%}){cuda}")
-    return 0 if document["tests"] is None or document["tests"]["returncode"] == 0 else 1
-
+    print(f"calibrated {calibrated.name}: {calibrated.to_json()}", flush=True)
+    if not args.no_tests:
+        document["tests"] = run_cuda_tests(args.tests)
+        output.write_text(json.dumps(document, indent=1))
+        print(document["tests"]["tail"][-1500:], flush=True)
+    for dtype in args.dtypes:
+        for name in args.models:
+            row = _guarded(f"{name} {dtype} timing", lambda: compare(name, args.device, DTYPES[dtype], specs, args.repeats))
+            document["models"].append(row)
+            output.write_text(json.dumps(document, indent=1))
+            if "failed" not in row:
+                print(_model_line(row), flush=True)
+    for dtype in [] if args.no_memory else args.dtypes:
+        for name in args.models:
+            rows = _guarded(f"{name} {dtype} memory", lambda: compare_memory(name, args.device, DTYPES[dtype], datasheet))
+            document["memory"].extend(rows if isinstance(rows, list) else [rows])
+            output.write_text(json.dumps(document, indent=1))
+            for row in rows if isinstance(rows, list) else []:
+                print(_memory_line(row), flush=True)
+    failed = [row["failed"] for row in document["models"] + document["memory"] if "failed" in row]
+    tests_failed = document["tests"] is not None and document["tests"]["returncode"] != 0
+    return 1 if failed or tests_failed else 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -52,6 +52,10 @@ class DeviceSpec:
     """Measured shares of the peak by a matmul's FLOPs, ``((flops, share), ...)`` in increasing
     FLOPs (``jitflops calibrate``): small products reach less of it. Where given, an op's share is
     read from it (log-interpolated, clamped at its ends) times :attr:`compute_efficiency`."""
+    dtype_curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """Curves like :attr:`compute_curve`, one per key of :attr:`peak_flops` measured (``jitflops
+    calibrate`` on a GPU): a small bfloat16 product reaches a smaller share of the bfloat16 peak
+    than a float32 one of the float32 peak. A dtype without one takes :attr:`compute_curve`."""
     memory_efficiency: float = 0.85
     """The share of the bandwidth kernels reach (default: typical, not measured)."""
     launch_s: float = 5e-6
@@ -71,8 +75,12 @@ class DeviceSpec:
                 problems.append(f"peak_flops has an unknown dtype {key!r} (known: {', '.join(DTYPE_KEYS)})")
             elif not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 problems.append(f"peak_flops[{key!r}] must be a positive FLOP/s, got {value!r}")
-        if any(len(point) != 2 or not point[0] > 0 or not 0 < point[1] <= 1 for point in self.compute_curve):
-            problems.append(f"compute_curve must be (flops > 0, share in (0, 1]) pairs, got {self.compute_curve!r}")
+        for name, curve in [("compute_curve", self.compute_curve), *((f"dtype_curves[{key!r}]", curve) for key, curve in self.dtype_curves.items())]:
+            if any(len(point) != 2 or not point[0] > 0 or not 0 < point[1] <= 1 for point in curve):
+                problems.append(f"{name} must be (flops > 0, share in (0, 1]) pairs, got {curve!r}")
+        for key in self.dtype_curves:
+            if key not in DTYPE_KEYS:
+                problems.append(f"dtype_curves has an unknown dtype {key!r} (known: {', '.join(DTYPE_KEYS)})")
         for name in ("compute_efficiency", "memory_efficiency"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
@@ -91,10 +99,11 @@ class DeviceSpec:
                 return float(self.peak_flops[candidate])
         return float(max(self.peak_flops.values()))
 
-    def compute_share(self, flops: float) -> float:
+    def compute_share(self, flops: float, dtype: Optional[str] = None) -> float:
         """The share of the peak an op of ``flops`` reaches: :attr:`compute_efficiency`, times the
-        :attr:`compute_curve`'s share at that size where the spec has one."""
-        curve = self.compute_curve
+        share at that size of the curve of ``dtype`` (a key of :attr:`peak_flops`), else of
+        :attr:`compute_curve`, where the spec has one."""
+        curve = self.dtype_curves.get(dtype, self.compute_curve) if dtype is not None else self.compute_curve
         if not curve or flops <= 0:
             return self.compute_efficiency
         if flops <= curve[0][0]:
@@ -118,7 +127,8 @@ class DeviceSpec:
             parts = ([f"missing {', '.join(sorted(missing))}"] if missing else []) + ([f"unknown keys {', '.join(sorted(unknown))}"] if unknown else [])
             raise DeviceSpecError(f"device spec {origin or document.get('name', '?')!r}: {'; '.join(parts)} (keys: {', '.join(sorted(known))})")
         curve = tuple(tuple(point) for point in document.get("compute_curve", ()))
-        return cls(**{**document, "peak_flops": dict(document["peak_flops"]), "compute_curve": curve})
+        curves = {key: tuple(tuple(point) for point in points) for key, points in document.get("dtype_curves", {}).items()}
+        return cls(**{**document, "peak_flops": dict(document["peak_flops"]), "compute_curve": curve, "dtype_curves": curves})
 
 
 _WIDER = {"float8": ("float8", "int8", "bfloat16", "float16"), "int8": ("int8", "float8", "bfloat16"), "tf32": ("tf32", "float32"),

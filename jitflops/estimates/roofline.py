@@ -18,9 +18,10 @@ import torch
 from torch import nn
 
 from ..engine.counting import Statistics, run_handle, statistics_of
-from .devices import DeviceSpec, device_spec
+from .devices import DeviceSpec, device_spec, dtype_key
 from ..frontends.export_trace import ProgramSource
 from ..handles import FLOP_FORMULAS, Handle, ShapeFormula
+from ..handles.convolution import CUDNN_TF32_KINDS
 from ..handles.traffic import BYTES_FORMULAS, METADATA_OPS, TrafficFormulas
 from ..engine.jit_analysis import JitModelAnalysis
 from ..core.op_source import OpSource
@@ -29,11 +30,18 @@ from ..core.records import OpRecord, TensorMeta
 DeviceLike = Union[str, DeviceSpec, Mapping[str, Any]]
 
 
-def roofline_seconds(flops: float, traffic: float, peak: float, spec: DeviceSpec) -> float:
-    """One kernel's time: the slower of its compute and its memory traffic, plus its launch."""
+def roofline_seconds(flops: float, traffic: float, peak: float, spec: DeviceSpec, dtype: str = "float32") -> float:
+    """One kernel's time: the slower of its compute and its memory traffic, plus its launch;
+    ``dtype``: the key of the peak and of the compute curve (:func:`~jitflops.estimates.devices.dtype_key`)."""
     if not flops and not traffic:
         return 0.0
-    return max(flops / (spec.compute_share(flops) * peak), traffic / (spec.memory_efficiency * spec.memory_bandwidth)) + spec.launch_s
+    return max(flops / (spec.compute_share(flops, dtype) * peak), traffic / (spec.memory_efficiency * spec.memory_bandwidth)) + spec.launch_s
+
+
+def tf32_allowed(kind: str) -> bool:
+    """Whether a float32 op of ``kind`` may run on TF32 tensor cores: cuDNN's switch for the
+    convolutions, the matmul switch for everything else (torch's defaults: on and off)."""
+    return torch.backends.cudnn.allow_tf32 if kind in CUDNN_TF32_KINDS else torch.backends.cuda.matmul.allow_tf32
 
 
 def compute_dtype(op: OpRecord) -> Optional[torch.dtype]:
@@ -55,8 +63,8 @@ class RooflineFormulas(Mapping[str, Handle]):
         flops = 2 * sum(run_handle(flop_handle, op).values()) if flop_handle is not None else 0
         byte_handle = self._traffic.get(op.kind)
         traffic = sum(run_handle(byte_handle, op).values()) if byte_handle is not None else 0
-        tf32 = torch.backends.cuda.matmul.allow_tf32
-        return roofline_seconds(float(flops), float(traffic), self._spec.peak_for(compute_dtype(op), tf32), self._spec)
+        dtype, tf32 = compute_dtype(op), tf32_allowed(op.kind)
+        return roofline_seconds(float(flops), float(traffic), self._spec.peak_for(dtype, tf32), self._spec, dtype_key(dtype, tf32))
 
     def __getitem__(self, kind: str) -> Handle:
         if self._traffic.get(kind) is None and kind not in self._flops:

@@ -41,6 +41,12 @@ TRANSPOSED_KINDS = (
 )
 
 
+CUDNN_TF32_KINDS = frozenset({*CONVOLUTION_KINDS, *TRANSPOSED_KINDS, "aten::conv_tbc", "aten::convolution_backward"})
+"""The convolutions, forward and backward: float32 ones run on a GPU's TF32 tensor cores under
+``torch.backends.cudnn.allow_tf32`` (on by default), not ``torch.backends.cuda.matmul.allow_tf32``
+(off by default), which governs the products."""
+
+
 @FLOP_FORMULAS.register(*CONVOLUTION_KINDS, key="conv")
 def convolution_flops(op: OpRecord) -> int:
     transposed = bool(op.arg_or("transposed", False))

@@ -90,7 +90,7 @@ def _roofline_lines(summary: ProfileSummary) -> list[str]:
     if spec is not None and summary.predicted_s is not None:
         lines.append(_line(f"predicted fwd latency on {spec.name} (roofline, {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte)", _seconds(summary.predicted_s)))
         if summary.predicted_to_measured is not None:
-            lines.append(_line("predicted / measured fwd latency", f"{summary.predicted_to_measured:.3g}"))
+            lines.append(_line("predicted / measured fwd latency (without the timing hooks)", f"{summary.predicted_to_measured:.3g}"))
     return lines
 
 

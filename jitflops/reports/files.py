@@ -56,7 +56,7 @@ UNITS = {
     "ridge": "the prediction device's ridge point: the intensity above which an op is compute-bound",
     "bound": "compute or memory: the intensity (the forward's, a module's) against the prediction device's ridge point (efficiency x peak / efficiency x bandwidth)",
     "predicted_s": "seconds the roofline predicts on prediction_device: per op max(flops / (efficiency x peak), bytes / (efficiency x bandwidth)) + a launch cost, summed",
-    "predicted_to_measured": "predicted_s / the measured median latency (null: not timed)",
+    "predicted_to_measured": "predicted_s / the measured median latency (the whole forward's: without the timing hooks; null: not timed)",
 }
 
 
