@@ -17,6 +17,7 @@ The user's model is never touched: the copy has its own parameters, buffers and 
 
 from __future__ import annotations
 
+import itertools
 from contextlib import ExitStack, nullcontext
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -65,11 +66,10 @@ def _is_gpu(device: Optional[DeviceSpec]) -> bool:
 def _fake_device(model: nn.Module, call: ModelCall, sharded: bool) -> str:
     """The device of the fake copy: the CUDA device the model's first weight (else input) is on,
     where this machine has CUDA; else, and for a sharded estimate (its fake mesh is the CPU's), the CPU."""
-    if sharded:
+    first = next(itertools.chain(model.parameters(), model.buffers(), call.tensors()), None)
+    if sharded or first is None or first.device.type != "cuda" or not torch.cuda.is_available():
         return "cpu"
-    for tensor in [*model.parameters(), *model.buffers(), *call.tensors()]:
-        return str(tensor.device) if tensor.device.type == "cuda" and torch.cuda.is_available() else "cpu"
-    return "cpu"
+    return str(first.device)
 
 
 class _Step:

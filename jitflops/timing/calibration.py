@@ -58,7 +58,7 @@ def matmul_rates(device: torch.device, dtype: torch.dtype, shapes: Sequence[tupl
 
 def _seconds_of(device: torch.device, flush: torch.Tensor, run: Callable[[], object]) -> float:
     """The time of ``run()`` after a write over ``flush``: CUDA events around it on a GPU, the host
-    clock with synchronisation elsewhere."""
+    clock on the CPU (whose op returns when it is done)."""
     flush.fill_(1)
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
