@@ -28,7 +28,6 @@ def test_llama3_8b_on_meta_matches_the_hand_derived_count():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 4 * 1024 * 1024  # KiB: far below the 32 GB of its weights
 
 
-
 def test_a_meta_trace_leaves_fake_tensor_convolutions_working():
     """A meta trace swaps in jitflops' meta kernel for ``aten::convolution`` and removes it after,
     yet a FakeTensorMode that meets its first convolution after it still reaches that kernel (torch

@@ -60,13 +60,8 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def _cast(value: Any, device: str, dtype: torch.dtype) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device=device, dtype=dtype) if value.is_floating_point() else value.to(device)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cast(item, device, dtype) for item in value)
-    if isinstance(value, dict):
-        return {key: _cast(item, device, dtype) for key, item in value.items()}
-    return value
+    """The example's inputs on ``device``, their floating tensors in ``dtype``."""
+    return tree_map_only(torch.Tensor, lambda t: t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device), value)
 
 
 def _batched(value: Any, batch: int) -> Any:

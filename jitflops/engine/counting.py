@@ -194,6 +194,7 @@ def _handled(
             else:
                 unsupported.setdefault(trace.scope_of(item), Counter())[kind] += 1
 
+
 def run_handle(handle: Handle, record: OpRecord) -> typing.Counter[str]:
     """The handle's count of one op, validated."""
     if not isinstance(handle, ShapeFormula) and not isinstance(record, JitOpRecord):

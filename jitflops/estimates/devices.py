@@ -103,7 +103,7 @@ class DeviceSpec:
         """The share of the peak an op of ``flops`` reaches: :attr:`compute_efficiency`, times the
         share at that size of the curve of ``dtype`` (a key of :attr:`peak_flops`), else of
         :attr:`compute_curve`, where the spec has one."""
-        curve = self.dtype_curves.get(dtype, self.compute_curve) if dtype is not None else self.compute_curve
+        curve = self.dtype_curves.get(dtype, self.compute_curve)
         if not curve or flops <= 0:
             return self.compute_efficiency
         if flops <= curve[0][0]:

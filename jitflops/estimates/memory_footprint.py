@@ -175,7 +175,7 @@ def memory_footprint(
             shard_like_tensor_parallel(twin, mesh, tp_plan)
         step = _Step(twin, fake_call, rounding)
         try:
-            output = _run(step, factory, autocast, master_weights)
+            output = _run(step, factory, autocast, master_weights, torch.device(fake_device).type)
         except Exception as error:
             raise _named_error(step, error) from error
         kv_cache = _kv_cache(output, call, kv_cache_length) if kv_cache_length is not None else None
@@ -239,9 +239,11 @@ def _named_error(step: _Step, error: BaseException) -> TraceError:
     return TraceError(module, type(failed).__name__, error, "estimating memory")
 
 
-def _run(step: _Step, factory: Optional[Callable[..., torch.optim.Optimizer]], autocast: Optional[torch.dtype], master_weights: bool) -> Any:
+def _run(step: _Step, factory: Optional[Callable[..., torch.optim.Optimizer]], autocast: Optional[torch.dtype], master_weights: bool,
+         device_type: str) -> Any:
     """The step under the recorder; every storage that is a parameter, buffer, input, gradient,
-    optimizer state or output is claimed as such (the rest are temporaries or saved activations)."""
+    optimizer state or output is claimed as such (the rest are temporaries or saved activations).
+    ``device_type``: the fake copy's, which autocast is for."""
     model, recorder = step.model, step.recorder
     owners: dict[int, str] = {}
     """Each parameter (by id) -> the module it is counted in: the first that holds it, for a tied
@@ -257,7 +259,6 @@ def _run(step: _Step, factory: Optional[Callable[..., torch.optim.Optimizer]], a
             step.claim(tensor, "inputs")
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer, masters = _optimizer(step, factory, trainable, master_weights, owners) if factory is not None else (None, {})
-        device_type = next((t.device.type for t in model.parameters()), "cpu")
         autocasting = torch.autocast(device_type, dtype=autocast) if autocast is not None else nullcontext()
         with recorder.phase(FORWARD), torch.set_grad_enabled(optimizer is not None), autocasting:
             output = step.call.run(model)

@@ -60,7 +60,8 @@ def _convolution_on_meta(input: torch.Tensor, weight: torch.Tensor, bias: Option
     """``aten::convolution`` for meta tensors, as the CPU kernel runs it: through ``aten::_convolution``.
     Outside the JIT tracer, torch's own meta kernel: a FakeTensorMode can still reach this one after
     the trace has removed it (seen on torch 2.11 and 2.13), and on torch 2.11 ``aten::_convolution``
-    then ends in ``convolution_overrideable``, which has no meta kernel any more."""
+    then ends in ``convolution_overrideable``, which has no meta kernel any more. (Not through
+    :func:`_convolution_overrideable_on_meta`: FakeTensorMode refuses a change of the tracing state.)"""
     if torch._C._get_tracing_state() is None:
         return global_decomposition_table["meta"][torch.ops.aten.convolution.default](input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     return torch.ops.aten._convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, False, False, True, True)

@@ -277,4 +277,3 @@ def _merged(
         latency=latency_of(node.name, [other.latency for other, _ in same]) or _sum_of_children(children),
         children=children,
     )
-
