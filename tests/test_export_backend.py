@@ -156,10 +156,11 @@ class KeepsRows(nn.Module):
         return self.fc(x[x[:, 0] > 0])  # as many rows as the values keep: a size no input fixes
 
 
-def test_where_values_decide_a_branch_or_a_size_draft_export_counts_these_inputs():
+def test_where_values_decide_a_branch_or_a_size_draft_export_counts_these_inputs(capsys):
     """torch.export fails on a branch on values, and leaves a mask-selected size unknown;
     draft_export exports both with the inputs' values, as the JIT trace and the dispatch backend
-    take them, and a warning says the count holds for these inputs."""
+    take them, and a warning says the count holds for these inputs, not the partial graph
+    torch.export prints as the first export fails."""
     model = BranchOnValues()
     for x, macs in ((torch.ones(2, 8), 2 * 8 * 8), (-torch.ones(2, 8), 2 * 8 * 32)):
         with pytest.warns(DataDependentTraceWarning, match=r"reads tensor values in the root module .*draft_export exported it with the values of these inputs"):
@@ -170,6 +171,32 @@ def test_where_values_decide_a_branch_or_a_size_draft_export_counts_these_inputs
     with pytest.warns(DataDependentTraceWarning, match="makes tensors whose sizes their values decide"):
         exported = FlopCountAnalysis(KeepsRows(), rows, backend="export")
         assert exported.total() == 3 * 4 * 3 == FlopCountAnalysis(KeepsRows(), rows, backend="dispatch").total()  # 3 rows kept
+    printed = capsys.readouterr().err
+    assert "def forward" not in printed and "Unable to find user code" not in printed
+
+
+class PatchWidths(nn.Module):
+    """Qwen3-VL's vision towers' patch widths, reduced: a size values decide, floor-divided."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, grid: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        widths = torch.repeat_interleave(grid[:, 1], grid[:, 0] * grid[:, 1]) // 2
+        return widths, self.fc(x)
+
+
+def test_an_integer_division_of_a_value_sized_tensor_drafts():
+    """torch's integer ``floor_divide`` goes through ``prims.signbit``, whose meta gives the input's
+    dtype where its kernel gives bool; under draft_export that made a size no output binds, and
+    the export failed (``PendingUnbackedSymbolNotFound``: the Qwen3-VL-style vision towers)."""
+    model, grid, x = PatchWidths(), torch.tensor([[1, 4, 6], [2, 2, 2]]), torch.randn(5, 4)
+    meta = torch.ops.prims.signbit.default.prim_meta_impl
+    with pytest.warns(DataDependentTraceWarning, match="makes tensors whose sizes their values decide"):
+        exported = FlopCountAnalysis(model, (grid, x), backend="export")
+        assert exported.total() == 5 * 4 * 3 == FlopCountAnalysis(model, (grid, x), backend="dispatch").total()
+    assert torch.ops.prims.signbit.default.prim_meta_impl is meta  # torch's, put back
 
 
 def test_a_draft_whose_values_the_eager_forward_does_not_take_is_refused():

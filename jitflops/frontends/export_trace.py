@@ -17,6 +17,7 @@ trusts). Its module hierarchy, parameters included, is rebuilt by ``torch.export
 from __future__ import annotations
 
 import importlib
+import io
 import logging
 import os
 import re
@@ -25,7 +26,7 @@ import traceback
 import warnings
 import weakref
 import zipfile
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, redirect_stderr
 from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 import sympy
@@ -164,18 +165,50 @@ def _value_sized(program: "torch.export.ExportedProgram") -> bool:
 
 
 @contextmanager
-def _quiet_draft() -> Iterator[None]:
-    """``draft_export`` logs each value it took from the real run, and a banner: what it did is
-    said once, in jitflops' warning."""
+def _quiet_export() -> Iterator[None]:
+    """An export that fails where values decide is retried by ``draft_export``, and one that fails
+    otherwise raises jitflops' error naming the module, so what torch prints along the way is
+    noise: ``torch.export`` prints a failed export's partial graph to stderr before it raises, once
+    per wrapper it passes (thousands of lines for a vision tower), its shape environment logs each guard it could not
+    place, and ``draft_export`` logs each value it took from the real run and a banner: what it
+    did is said once, in jitflops' warning."""
     loggers = [logging.getLogger(name) for name in ("torch.export._draft_export", "torch.fx.experimental.symbolic_shapes")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)
+    printed = io.StringIO()
+    partial_graph = ""
     try:
-        yield
+        with redirect_stderr(printed):
+            yield
+    except Exception as error:
+        partial_graph = f"{getattr(error, 'partial_fx_graph', '')}\n"
+        raise
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+        sys.stderr.write(printed.getvalue().replace(partial_graph, "") if partial_graph.strip() else printed.getvalue())
+
+
+@contextmanager
+def _signbit_meta_as_its_kernel() -> Iterator[None]:
+    """torch's ``prims.signbit`` declares an output of its input's dtype, where its kernel gives
+    bool (torch 2.11 to 2.13). Under ``draft_export``'s run on real values that mismatch makes torch
+    infer a fake kernel from the real output, with a fresh size no output binds
+    (``PendingUnbackedSymbolNotFound``). The integer ``floor_divide`` decomposes through it: a
+    value-sized tensor divided by an int, as Qwen3-VL's vision towers compute ``widths // merge``.
+    For the draft, the prim's meta gives bool, as its kernel does; where torch's meta already
+    does, nothing changes."""
+    prim = torch.ops.prims.signbit.default
+    meta = prim.prim_meta_impl
+    if meta(torch.empty(1, device="meta")).dtype == torch.bool:
+        yield
+        return
+    prim.prim_meta_impl = lambda a: torch.empty_like(meta(a), dtype=torch.bool)
+    try:
+        yield
+    finally:
+        prim.prim_meta_impl = meta
 
 
 def _check_drafted_sizes(program: "torch.export.ExportedProgram", model: nn.Module, call: ModelCall) -> None:
@@ -224,7 +257,8 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
 
     def exported(module: nn.Module, draft: bool) -> "torch.export.ExportedProgram":
         export = torch.export.draft_export if draft else torch.export.export
-        return export(module, call.args, call.kwargs, dynamic_shapes=dims(module) if dims else None, strict=False)
+        with _quiet_export():
+            return export(module, call.args, call.kwargs, dynamic_shapes=dims(module) if dims else None, strict=False)
 
     def with_outputs_flattened(draft: bool) -> tuple["torch.export.ExportedProgram", str]:
         running.clear()
@@ -254,7 +288,7 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
                     raise
                 drafted_because = f"its Python reads tensor values in {describe_scope(failing_scope())} ({str(error).strip().splitlines()[0][:200]})"
             if drafted_because:
-                with _quiet_draft():
+                with _signbit_meta_as_its_kernel():
                     program, inner = with_outputs_flattened(draft=True)
                 _check_drafted_sizes(program, model, call)
         except Exception as error:
