@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import faulthandler
+import inspect
 import json
 import os
 import re
@@ -193,7 +194,9 @@ def pipeline(rank: int, world: int) -> dict[str, Any]:
     torch.manual_seed(rank)
     stage_module = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
     micro_batch = torch.randn(4, 32)
-    stage = PipelineStage(stage_module, rank, world, torch.device("cpu"), input_args=(micro_batch,), output_args=(micro_batch,), output_grads=(micro_batch,), input_grads=(micro_batch,))
+    shapes = {"input_args": (micro_batch,), "output_args": (micro_batch,), "output_grads": (micro_batch,), "input_grads": (micro_batch,)}
+    accepted = inspect.signature(PipelineStage).parameters  # torch 2.11's stage takes no gradients' shapes
+    stage = PipelineStage(stage_module, rank, world, torch.device("cpu"), **{name: shape for name, shape in shapes.items() if name in accepted})
     schedule = ScheduleGPipe(stage, n_microbatches=2, loss_fn=lambda output, target: (output - target).pow(2).sum())
 
     def step() -> None:
