@@ -169,9 +169,9 @@ def _quiet_export() -> Iterator[None]:
     """An export that fails where values decide is retried by ``draft_export``, and one that fails
     otherwise raises jitflops' error naming the module, so what torch prints along the way is
     noise: ``torch.export`` prints a failed export's partial graph to stderr before it raises, once
-    per wrapper it passes (thousands of lines for a vision tower), its shape environment logs each guard it could not
-    place, and ``draft_export`` logs each value it took from the real run and a banner: what it
-    did is said once, in jitflops' warning."""
+    per wrapper it passes (thousands of lines for a vision tower); its shape environment logs each
+    guard it could not place; ``draft_export`` logs each value it took from the real run, and a
+    banner. What happened is said once, in jitflops' warning; the rest of stderr is passed on."""
     loggers = [logging.getLogger(name) for name in ("torch.export._draft_export", "torch.fx.experimental.symbolic_shapes")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
@@ -182,12 +182,15 @@ def _quiet_export() -> Iterator[None]:
         with redirect_stderr(printed):
             yield
     except Exception as error:
-        partial_graph = f"{getattr(error, 'partial_fx_graph', '')}\n"
+        graph = getattr(error, "partial_fx_graph", None)  # set by torch.fx's tracer on what it raises
+        if graph is not None:
+            partial_graph = f"{graph}\n"
         raise
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
-        sys.stderr.write(printed.getvalue().replace(partial_graph, "") if partial_graph.strip() else printed.getvalue())
+        text = printed.getvalue()
+        sys.stderr.write(text.replace(partial_graph, "") if partial_graph else text)
 
 
 @contextmanager
