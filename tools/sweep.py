@@ -96,8 +96,9 @@ SEQUENCE = 8
 PADDING = 3
 """A decoder's mask-aware count is also taken with its ids left-padded by this many positions."""
 TIME_LIMIT_S = 300
-"""Enough for the slowest that counts: Mimi's export (``draft_export`` of its codec) takes about 2 minutes
-of a 2-core machine, with the other worker running."""
+"""Per architecture, every count included, on a 2-core machine with the other worker running: the
+slowest that finish are LightOnOCR (285 s) and Mimi (167 s, most of it its ``draft_export``);
+V-JEPA 2's training-mode count, last, runs past it."""
 
 
 @dataclass
