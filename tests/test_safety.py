@@ -352,7 +352,9 @@ def test_the_collection_after_a_recording_frees_its_cycles_and_leaves_the_proces
             young_ref = weakref.ref(young)
             del young
         assert young_ref() is None
-        assert gc.get_freeze_count() == frozen
+        # the user's frozen objects stay frozen and none of jitflops' is left frozen; a frozen object
+        # freed meanwhile by its last reference lowers the count (a suite run saw 2 fewer)
+        assert 0 < gc.get_freeze_count() <= frozen if user_froze else gc.get_freeze_count() == 0
         # a full collection the first time, and where the user froze objects (unfreezing would undo it)
         assert (old_ref() is None) == (user_froze or first)
         assert model_guard._collected_in_full

@@ -189,8 +189,9 @@ def test_the_fsdp_by_tensor_parallel_llama_example_on_4_processes(tmp_path):
 
 
 LIGHTNING_DDP = '''
-import json, sys, warnings
+import json, os, sys, warnings
 import torch
+import torch.distributed as dist
 from torch import nn
 import pytorch_lightning as pl
 from jitflops.integrations.lightning import FlopsCallback
@@ -228,6 +229,9 @@ profile = profiles[0]
 with open(f"{sys.argv[1]}/rank{trainer.global_rank}.json", "w") as stream:
     json.dump({"macs": profile.summary.macs, "backward_macs": profile.summary.backward_macs, "gathered": profile.root.macs,
                "ranks": len(profile.ranks), "world": profile.summary.parallel.world}, stream)
+dist.barrier()  # both ranks' figures are written
+dist.destroy_process_group()
+os._exit(0)  # without C++ static destructors, where gloo sometimes aborts a process at exit (as in the Trainer's script)
 '''
 
 
