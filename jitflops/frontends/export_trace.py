@@ -196,7 +196,7 @@ def _quiet_export() -> Iterator[None]:
 @contextmanager
 def _signbit_meta_as_its_kernel() -> Iterator[None]:
     """torch's ``prims.signbit`` declares an output of its input's dtype, where its kernel gives
-    bool (torch 2.11 to 2.13). Under ``draft_export``'s run on real values that mismatch makes torch
+    bool (seen on torch 2.11 and 2.13). Under ``draft_export``'s run on real values that mismatch makes torch
     infer a fake kernel from the real output, with a fresh size no output binds
     (``PendingUnbackedSymbolNotFound``). The integer ``floor_divide`` decomposes through it: a
     value-sized tensor divided by an int, as Qwen3-VL's vision towers compute ``widths // merge``.
