@@ -199,6 +199,63 @@ def test_an_integer_division_of_a_value_sized_tensor_drafts():
     assert torch.ops.prims.signbit.default.prim_meta_impl is meta  # torch's, put back
 
 
+class ResizedByARatio(nn.Module):
+    """LLaVA-NeXT's ``select_best_resolution``, reduced: a branch on an int divided by a value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, size: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        height, width = size.tolist()
+        if 672 / width > 2:
+            x = x.repeat(2, 1)
+        return self.fc(x)
+
+
+def test_a_branch_on_an_int_divided_by_a_value_drafts():
+    """draft_export writes the branch as a runtime assert, ``IntTrueDiv(672, u1) > 2``, and torch's
+    analysis that lowers it to Python operators has no integer true division: its sympy fallback
+    branched on the graph's proxies, and the export failed (the LLaVA-NeXT family)."""
+    from torch.utils._sympy.reference import PythonReferenceAnalysis
+
+    torchs = vars(PythonReferenceAnalysis).get("int_truediv")
+    model, x = ResizedByARatio(), torch.randn(5, 4)
+    for size, rows in ((torch.tensor([300, 224]), 10), (torch.tensor([300, 448]), 5)):  # 672 / 224 = 3: repeated; 672 / 448: not
+        with pytest.warns(DataDependentTraceWarning, match=r"reads tensor values in the root module \(Could not guard on data-dependent expression \(IntTrueDiv\(672"):
+            exported = FlopCountAnalysis(model, (size, x), backend="export")
+            assert exported.total() == rows * 4 * 3 == FlopCountAnalysis(model, (size, x), backend="dispatch").total()
+    assert vars(PythonReferenceAnalysis).get("int_truediv") is torchs  # torch's, put back
+
+
+class TokensByType(nn.Module):
+    """Higgs Audio's decoder layer, reduced: text and audio tokens projected apart, by a mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text = nn.Linear(4, 4)
+        self.audio = nn.Linear(4, 4)
+
+    def forward(self, h: torch.Tensor, audio: torch.Tensor) -> torch.Tensor:
+        h = h.masked_scatter(audio.unsqueeze(-1), self.audio(h[audio]))
+        return h.masked_scatter(~audio.unsqueeze(-1), self.text(h[~audio]))
+
+
+@pytest.mark.skipif(not hasattr(torch.fx.experimental._config, "soft_pending_unbacked_not_found_error"), reason="torch without the switch")
+def test_a_mask_that_selects_every_row_drafts():
+    """draft_export's check of each op's fake output against the real one turned the size of
+    ``h[~audio]`` into the constant 8 inside ``index``, which then bound no symbol, and torch
+    raised ``PendingUnbackedSymbolNotFound`` (Higgs Audio, Qwen3-Omni's thinker)."""
+    model, h = TokensByType(), torch.randn(1, 8, 4)
+    for audio_rows in (0, 3):
+        audio = torch.arange(8).unsqueeze(0) < audio_rows
+        with pytest.warns(DataDependentTraceWarning, match="makes tensors whose sizes their values decide"):
+            exported = FlopCountAnalysis(model, (h, audio), backend="export")
+            assert exported.by_module() == {"": 8 * 4 * 4, "text": (8 - audio_rows) * 16, "audio": audio_rows * 16}
+            assert exported.by_module() == FlopCountAnalysis(model, (h, audio), backend="dispatch").by_module()
+    assert not torch.fx.experimental._config.soft_pending_unbacked_not_found_error  # torch's, put back
+
+
 def test_a_draft_whose_values_the_eager_forward_does_not_take_is_refused():
     """draft_export's run beside fake tensors can take other values than the eager forward
     (FastSpeech2's durations, in the transformers sweep): the program's output sizes are checked

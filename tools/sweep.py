@@ -72,6 +72,14 @@ widths generic shrinking breaks (DeepSeek-V3.2's sparse attention, Mistral-Large
 ids that no longer fit the vocabulary are moved into it."""
 
 RECIPES = {"tiny": SHRINK, "shallow": DEPTH, "narrow": NARROW}
+KEYS_FOR_EVERY_HEAD = ("glm4_moe_lite", "mistral4", "nemotron3_5_transcribe_asr_audio", "nemotron3_diarization_audio")
+"""Architectures whose configs ship as many key-value heads as query heads and whose attention
+assumes it: keys or values come out with every query head whatever ``num_key_value_heads`` says
+(GLM-4-MoE-Lite's and Mistral 4's MLA up-projection, the Nemotron audio encoders' value
+projection), while ``num_key_value_groups`` follows the config. Shrunk to fewer key-value heads,
+the model contradicts itself: eager SDPA's ``enable_gqa`` accepts the heads it is given, and the
+path transformers takes under ``torch.export`` repeats them into twice the query heads, which
+``torch.export`` rejects. They keep as many key-value heads as heads, as their configs do."""
 MAX_PARAMETERS = 1_000_000_000
 """A recipe that leaves more parameters than this is not built (measured on the meta device)."""
 
@@ -210,6 +218,8 @@ def _shrink(config: Any, sizes: dict[str, int]) -> None:
         config.head_dim = config.hidden_size // config.num_attention_heads  # the default a model reads as given (HunYuan's)
     if getattr(config, "model_type", None) == "timm_backbone" and getattr(config, "backbone", None) is None:
         config.backbone, config.use_pretrained_backbone = "resnet18", False  # its config names no timm model: a small one, random weights
+    if getattr(config, "model_type", None) in KEYS_FOR_EVERY_HEAD:
+        config.num_key_value_heads = config.num_attention_heads
     _fit_multimodal_rope(config)
     _fit_vocabulary(config)
     layers = getattr(config, "num_hidden_layers", None)

@@ -214,6 +214,47 @@ def _signbit_meta_as_its_kernel() -> Iterator[None]:
         prim.prim_meta_impl = meta
 
 
+@contextmanager
+def _int_truediv_lowered_by_python() -> Iterator[None]:
+    """torch's analysis that writes a program's runtime asserts as Python operators has none for an
+    integer's true division (seen on torch 2.11 and 2.13): it inherits sympy's ``IntTrueDiv``, which, given
+    the graph's proxies, branches on them and fails (``symbolically traced variables cannot be used
+    as inputs to control flow``). ``draft_export`` meets one where a value read from a tensor
+    divides an int: LLaVA-NeXT's ``select_best_resolution`` computes ``672 / width`` from the image
+    sizes. For the draft, the division is Python's ``/``, as the analysis' float division already
+    is; where torch has its own, nothing changes."""
+    from torch.utils._sympy.reference import PythonReferenceAnalysis
+
+    if "int_truediv" in vars(PythonReferenceAnalysis):
+        yield
+        return
+    PythonReferenceAnalysis.int_truediv = staticmethod(PythonReferenceAnalysis.truediv)
+    try:
+        yield
+    finally:
+        del PythonReferenceAnalysis.int_truediv
+
+
+@contextmanager
+def _torch_mended_for_the_draft() -> Iterator[None]:
+    """``draft_export`` with torch's defects that stop it mended, each put back afterwards: the two
+    above, and an op whose output size its values decide binding no symbol. ``draft_export``
+    checks each op's fake output against the real one, and the check's size comparisons record
+    the real values: where a mask selects every row, the fresh size of ``nonzero`` inside
+    ``index`` becomes the constant it was compared with (8) before ``index`` returns, and torch
+    raises ``PendingUnbackedSymbolNotFound`` for the symbol no output holds (Higgs Audio's text and
+    audio tokens, Qwen3-Omni's thinker). torch's own switch makes that a logged warning: the
+    size is known, and the program's output sizes are checked against the eager forward's after
+    (where torch has the switch, as 2.11 and 2.13 do; without it, the error stands)."""
+    config = torch.fx.experimental._config
+    with ExitStack() as stack:
+        stack.enter_context(_signbit_meta_as_its_kernel())
+        stack.enter_context(_int_truediv_lowered_by_python())
+        if hasattr(config, "soft_pending_unbacked_not_found_error"):
+            stack.enter_context(config.patch(soft_pending_unbacked_not_found_error=True))
+        yield
+
+
 def _check_drafted_sizes(program: "torch.export.ExportedProgram", model: nn.Module, call: ModelCall) -> None:
     """draft_export takes the values its own run on the real inputs found, a run beside fake
     tensors that can take another path than the eager forward (FastSpeech2's predicted durations:
@@ -291,7 +332,7 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
                     raise
                 drafted_because = f"its Python reads tensor values in {describe_scope(failing_scope())} ({str(error).strip().splitlines()[0][:200]})"
             if drafted_because:
-                with _signbit_meta_as_its_kernel():
+                with _torch_mended_for_the_draft():
                     program, inner = with_outputs_flattened(draft=True)
                 _check_drafted_sizes(program, model, call)
         except Exception as error:
