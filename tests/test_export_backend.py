@@ -256,6 +256,39 @@ def test_a_mask_that_selects_every_row_drafts():
     assert not torch.fx.experimental._config.soft_pending_unbacked_not_found_error  # torch's, put back
 
 
+class RowsByTokenType(nn.Module):
+    """Qwen2-VL's ``get_rope_index``, reduced: token types counted in Python into a dictionary
+    keyed by them, and a tensor made from a list of traced values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, types: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = {0: 0, 1: 0}
+        for kind in types.tolist():
+            rows[kind] += 1
+        extremes = torch.tensor([x.max(), x.min()])
+        return self.fc(x[: rows[1]]), extremes
+
+
+def test_values_a_model_keys_a_dictionary_by_are_taken_as_constants():
+    """draft_export keeps each value read a symbol, which no dictionary takes as a key
+    (``unhashable type: non-nested SymInt``); the draft is made again with the values taken as
+    the JIT takes them, and ``torch.tensor`` of a list of traced values takes theirs."""
+    from torch._subclasses.fake_impls import op_implementations_dict
+
+    torchs = op_implementations_dict[torch.ops.aten._local_scalar_dense.default]
+    model, x = RowsByTokenType(), torch.randn(5, 4)
+    for types, rows in (([0, 1, 1, 0, 1], 3), ([1, 1, 1, 1, 1], 5)):
+        call = (torch.tensor(types), x)
+        with pytest.warns(DataDependentTraceWarning, match=r"values of these inputs \(each value its Python reads taken as a constant"):
+            exported = FlopCountAnalysis(model, call, backend="export")
+            assert exported.by_module() == {"": rows * 4 * 3, "fc": rows * 4 * 3} == FlopCountAnalysis(model, call, backend="dispatch").by_module()
+    assert op_implementations_dict[torch.ops.aten._local_scalar_dense.default] is torchs  # torch's, put back
+    assert not any(isinstance(mode, torch.overrides.TorchFunctionMode) for mode in torch.overrides._get_current_function_mode_stack())
+
+
 def test_a_draft_whose_values_the_eager_forward_does_not_take_is_refused():
     """draft_export's run beside fake tensors can take other values than the eager forward
     (FastSpeech2's durations, in the transformers sweep): the program's output sizes are checked

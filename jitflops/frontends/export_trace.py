@@ -32,8 +32,10 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Union
 import sympy
 import torch
 from torch import nn
+from torch._subclasses import fake_impls
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, free_unbacked_symbols
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from .dispatch_trace import DispatchTrace, Signature
@@ -147,11 +149,16 @@ class _TensorOutputs(nn.Module):
         return tensor_leaves(self.model(*args, **kwargs))
 
 
+_VALUE_READ = ("data-dependent", "Cannot convert symbols to int", "unhashable type: non-nested SymInt")
+"""What torch's errors say where the model's Python used a value read from a tensor."""
+
+
 def _data_dependent(error: BaseException) -> bool:
-    """Whether export failed where the model's Python reads a tensor's values (a branch, a size)."""
+    """Whether export failed where the model's Python reads a tensor's values (a branch, a size, a
+    dictionary key)."""
     seen: list[BaseException] = []
     while error is not None and error not in seen:
-        if isinstance(error, GuardOnDataDependentSymNode) or "data-dependent" in str(error) or "Cannot convert symbols to int" in str(error):
+        if isinstance(error, GuardOnDataDependentSymNode) or any(sign in str(error) for sign in _VALUE_READ):
             return True
         seen.append(error)
         error = error.__cause__ or error.__context__
@@ -255,6 +262,43 @@ def _torch_mended_for_the_draft() -> Iterator[None]:
         yield
 
 
+_TAKEN = " (each value its Python reads taken as a constant, as the JIT takes it)"
+"""What the warning of a draft adds where the values read were taken as constants."""
+
+
+class _TensorsOfListsOfValues(TorchFunctionMode):
+    """``torch.tensor`` of a list that holds tensors takes their values: the C++ behind it reads
+    their data directly, which fake tensors do not hold (``its data is not allocated yet``)."""
+
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        if func is torch.tensor and args and isinstance(args[0], (list, tuple)):
+            args = (pytree.tree_map_only(torch.Tensor, lambda tensor: tensor.item(), args[0]), *args[1:])
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def _values_read_taken_as_constants() -> Iterator[None]:
+    """``draft_export`` with each value the model's Python reads from a tensor (``item``,
+    ``tolist``) taken as the constant its run on the real inputs found, as the JIT tracer takes it,
+    where ``draft_export`` keeps a symbol: the last resort, for a model that uses such values where
+    no symbol can go. Qwen2-VL's ``get_rope_index`` groups the token types in Python, keys a
+    dictionary by them (``unhashable type: non-nested SymInt``) and builds ``torch.tensor`` of a
+    list of traced tensors. The program then holds for these values alone, as any draft does."""
+    op = torch.ops.aten._local_scalar_dense.default
+    symbolic = fake_impls.op_implementations_dict[op]
+
+    def taken(fake_mode: Any, func: Any, tensor: Any) -> Any:
+        real = getattr(tensor, "real_tensor", None)
+        return real.item() if real is not None else symbolic(fake_mode, func, tensor)
+
+    fake_impls.op_implementations_dict[op] = taken
+    try:
+        with _TensorsOfListsOfValues():
+            yield
+    finally:
+        fake_impls.op_implementations_dict[op] = symbolic
+
+
 def _check_drafted_sizes(program: "torch.export.ExportedProgram", model: nn.Module, call: ModelCall) -> None:
     """draft_export takes the values its own run on the real inputs found, a run beside fake
     tensors that can take another path than the eager forward (FastSpeech2's predicted durations:
@@ -315,7 +359,24 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
             running.clear()
             return exported(_TensorOutputs(model), draft), "model"
 
-    drafted_because = ""
+    def drafted() -> tuple["torch.export.ExportedProgram", str, bool]:
+        """``draft_export``'s program, its inner name, and whether the values read were taken as
+        constants: where the draft fails, it is tried again so; where that fails too, the draft's
+        error is raised, in the module it failed in."""
+        with _torch_mended_for_the_draft():
+            try:
+                return (*with_outputs_flattened(draft=True), False)
+            except Exception as error:
+                scope = failing_scope()
+                try:
+                    with _values_read_taken_as_constants():
+                        return (*with_outputs_flattened(draft=True), True)
+                except Exception:  # the draft's own error says what the model did
+                    pass
+                failed[:] = [scope]
+                raise error
+
+    drafted_because, taken = "", False
     with ExitStack() as stack:
         stack.enter_context(preserved(model))  # export runs the model's Python: what it sets on modules is put back
         stack.enter_context(warnings.catch_warnings())
@@ -332,8 +393,7 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
                     raise
                 drafted_because = f"its Python reads tensor values in {describe_scope(failing_scope())} ({str(error).strip().splitlines()[0][:200]})"
             if drafted_because:
-                with _torch_mended_for_the_draft():
-                    program, inner = with_outputs_flattened(draft=True)
+                program, inner, taken = drafted()
                 _check_drafted_sizes(program, model, call)
         except Exception as error:
             scope = failing_scope()
@@ -341,7 +401,7 @@ def export_model(model: nn.Module, call: ModelCall, dims: Optional[Callable[[nn.
             raise TraceError(scope, type(module).__name__, error, "exporting") from error
     if drafted_because:
         warnings.warn(f"jitflops: torch.export cannot export the model as it is, since {drafted_because}; "
-                      "torch.export.draft_export exported it with the values of these inputs, so the count holds for them",
+                      f"torch.export.draft_export exported it with the values of these inputs{_TAKEN if taken else ''}, so the count holds for them",
                       DataDependentTraceWarning, stacklevel=3)
     return program, inner
 
