@@ -289,6 +289,32 @@ def test_values_a_model_keys_a_dictionary_by_are_taken_as_constants():
     assert not any(isinstance(mode, torch.overrides.TorchFunctionMode) for mode in torch.overrides._get_current_function_mode_stack())
 
 
+class ReadsThenLeavesTorch(nn.Module):
+    """A branch on a value (a draft), then a child that leaves torch for NumPy (no draft exports)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.child = nn.Module()
+        self.child.forward = lambda x: torch.from_numpy(x.detach().numpy()) + 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            x = x * 2
+        return self.child(self.fc(x))
+
+
+def test_a_model_neither_draft_exports_gets_the_drafts_error_naming_the_module():
+    from torch._subclasses.fake_impls import op_implementations_dict
+
+    torchs = op_implementations_dict[torch.ops.aten._local_scalar_dense.default]
+    model = ReadsThenLeavesTorch()
+    with pytest.raises(TraceError, match=r"exporting failed in module 'child' \(Module\): RuntimeError: \.numpy\(\) is not supported"):
+        FlopCountAnalysis(model, torch.ones(2, 4), backend="export").total()
+    assert op_implementations_dict[torch.ops.aten._local_scalar_dense.default] is torchs
+    assert model(torch.ones(2, 4)).shape == (2, 3)
+
+
 def test_a_draft_whose_values_the_eager_forward_does_not_take_is_refused():
     """draft_export's run beside fake tensors can take other values than the eager forward
     (FastSpeech2's durations, in the transformers sweep): the program's output sizes are checked
