@@ -47,9 +47,11 @@ def test_tensor_parallel_ranks_count_their_shards(tmp_path, world):
         # Colwise's output is a shard; Rowwise's partial sums are whole on every rank before the all-reduce
         assert mlp["activations"] == BATCH * D_HIDDEN // world + BATCH * D_IN
         assert mlp["get_model_profile_macs"] == MLP_MACS // world  # DeepSpeed's per-GPU figure
-        # the all-reduce is a row of the op table with its time, and so are the hand-over and the wait
-        assert [op for op, _ in mlp["timed_collectives"]] == [
-            "_c10d_functional::all_reduce", "_c10d_functional::_wrap_tensor_autograd", "_c10d_functional::wait_tensor"]
+        # the all-reduce is a row of the op table with its time, and so are the wait and, where torch
+        # hands the result over to autograd (2.13; 2.14 does not), the hand-over
+        timed = [op for op, _ in mlp["timed_collectives"]]
+        assert timed[0] == "_c10d_functional::all_reduce" and timed[-1] == "_c10d_functional::wait_tensor"
+        assert timed[1:-1] in ([], ["_c10d_functional::_wrap_tensor_autograd"])
         assert mlp["timed_collectives"][0][1]
         profile = mlp["profile"]
         assert profile["gathered_macs"] == MLP_MACS and profile["ranks"] == world  # the cluster: the unsharded count
