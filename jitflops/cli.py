@@ -33,7 +33,6 @@ from torch.utils._pytree import tree_map_only
 from . import __version__
 from .timing.calibration import calibrate
 from .estimates.devices import DeviceSpec, device_spec, is_device_name
-from .frontends.export_trace import load_program, module_of
 from .examples import all_examples
 from .reports.files import ops_to_csv, profile_to_json, spans_to_chrome_trace
 from .reports.html_report import profile_to_html
@@ -413,6 +412,8 @@ def _run_program(args: argparse.Namespace) -> str:
         raise UsageError("a .pt2 file is counted from its graph, nothing runs: --profile, --ops, --backward, --html, --trace and the memory options need a model")
     if args.backend not in ("jit", "export"):
         raise UsageError("a .pt2 file is read by the export backend: leave --backend out")
+    from .frontends.export_trace import load_program, module_of  # sympy: only for a program (program_source.py)
+
     program = load_program(args.factory)
     module = module_of(program)
     positional, keywords = build_inputs(args, module) if (args.input_shape or args.input_ids or args.kwargs) else ((), {})

@@ -13,7 +13,7 @@ from .jit_analysis import JitModelAnalysis, per_operator_in_units
 from .counting import Statistics
 from ..frontends.dispatch_trace import BackwardFn, record_with_dispatch
 from ..core.errors import IntegerWorkWarning
-from ..frontends.export_trace import ProgramSource
+from ..frontends.program_source import ProgramSource
 from ..handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, INTEGER_MAC_FORMULAS, MASKED_ATTENTION_FORMULAS, Handle
 from .integer_count import IntegerOpCountAnalysis
 from ..frontends.jit_mask_readings import MaskReadingTrace

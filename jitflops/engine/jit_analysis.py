@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import torch
 from torch import nn
@@ -26,7 +26,7 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 from .counting import OpCount, Statistics, module_aliases, statistics_of
 from ..frontends.dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from ..core.errors import JitFallbackWarning, JitflopsError
-from ..frontends.export_trace import ProgramSource, export_model, is_program_source, module_of, program_of, record_program
+from ..frontends.program_source import ProgramSource, is_program_source
 from ..handles import COMMUNICATION_FORMULAS, ELEMENTWISE_FLOP_FORMULAS, INTEGER_MAC_FORMULAS, ZERO_COST_OPS, Handle
 from ..frontends.jit_fallback import USE_DISPATCH, fallback_reason, jit_tracer_available, untraceable_reason
 from ..core.model_guard import collector_paused
@@ -34,8 +34,10 @@ from ..core.model_io import ModelCall
 from ..core.op_source import OpSource
 from ..core.process_groups import ranks_may_communicate
 from ..core.records import BACKWARD, FORWARD, RECOMPUTE
-from .symbolic_counts import DimSpec, SymbolicCount, dynamic_dims, program_formula, symbolic_count
 from ..frontends.scoped_trace import TRACER_WARNING_MODES, ScopedTrace, trace_with_scopes, tracing_plan
+
+if TYPE_CHECKING:
+    from .symbolic_counts import DimSpec, SymbolicCount
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +138,8 @@ class JitModelAnalysis:
         if is_program_source(model):
             if backend == "dispatch":
                 raise ValueError("an exported program is read by backend='export' (the dispatch backend runs a model)")
+            from ..frontends.export_trace import module_of, program_of  # sympy: only for a program (program_source.py)
+
             backend, self._program = "export", program_of(model)
             model = module_of(self._program)
         elif inputs is None:
@@ -231,6 +235,9 @@ class JitModelAnalysis:
         backend, the program's own size symbols are read instead, nothing run: a program exported
         with dynamic shapes needs no ``dims`` (its symbols keep their names where none is given);
         a model is exported with the named dimensions dynamic."""
+        from .symbolic_counts import dynamic_dims, program_formula, symbolic_count  # both import sympy: only for a formula (program_source.py)
+        from ..frontends.export_trace import export_model
+
         if self._backend != "export":
             return symbolic_count(self._model, self._call, self._aliases, self._op_handles, self._ignored_ops, self._ancestor_mode, dims)
         program, inner = (self._program, "") if self._program is not None else export_model(self._model, self._call, dynamic_dims(self._call, dims))
@@ -408,6 +415,8 @@ class JitModelAnalysis:
 
     def _record_exported(self) -> OpSource:
         """The export backend's recording: the program given, or the model exported (strict=False)."""
+        from ..frontends.export_trace import export_model, record_program  # sympy: only for a program (program_source.py)
+
         program, inner = (self._program, "") if self._program is not None else export_model(self._model, self._call)
         return record_program(program, self._aliases, self._call if self._sized_by_call else None, inner)
 

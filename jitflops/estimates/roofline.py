@@ -19,7 +19,7 @@ from torch import nn
 
 from ..engine.counting import Statistics, run_handle, statistics_of
 from .devices import DeviceSpec, device_spec, dtype_key
-from ..frontends.export_trace import ProgramSource
+from ..frontends.program_source import ProgramSource
 from ..handles import FLOP_FORMULAS, Handle, ShapeFormula
 from ..handles.convolution import CUDNN_TF32_KINDS
 from ..handles.traffic import BYTES_FORMULAS, METADATA_OPS, TrafficFormulas

@@ -39,13 +39,11 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from .dispatch_trace import DispatchTrace, Signature
+from .program_source import ProgramSource
 from ..core.errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
 from ..core.model_guard import preserved
 from ..core.model_io import ModelCall, tensor_leaves
 from ..core.records import FORWARD, EagerOpRecord, TensorMeta
-
-ProgramSource = Union["torch.export.ExportedProgram", str, "os.PathLike[str]"]
-"""An exported program, or the path of a ``.pt2`` file holding one."""
 
 Sizes = Mapping[sympy.Symbol, int]
 """A value for each of a program's size symbols."""
@@ -57,10 +55,6 @@ _WRAPPERS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
 class ProgramError(JitflopsError):
     """A program that cannot be read, or inputs it cannot take: names the file, or the input and size.
     (A model that cannot be exported gets a :class:`~jitflops.core.errors.TraceError` naming the module.)"""
-
-
-def is_program_source(value: Any) -> bool:
-    return isinstance(value, (torch.export.ExportedProgram, str, os.PathLike))
 
 
 class _Logged(logging.Handler):

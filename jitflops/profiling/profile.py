@@ -14,7 +14,7 @@ from ..engine.activation_count import ActivationCountAnalysis
 from ..engine.communication import communication_of
 from ..frontends.dispatch_trace import BackwardFn
 from .ranks import profile_on_every_rank
-from ..frontends.export_trace import ProgramSource, is_program_source, module_of, program_of
+from ..frontends.program_source import ProgramSource, is_program_source
 from ..engine.flop_count import FlopCountAnalysis
 from .hierarchy import build_hierarchy
 from ..engine.jit_analysis import JitModelAnalysis, module_aliases
@@ -93,6 +93,8 @@ def profile_model(
     if is_program_source(model):  # an exported program: its graph is counted, nothing runs
         if timed or with_ops or backward:
             raise ValueError("an exported program is counted from its graph, not run: profile it with timed=False, without with_ops or backward")
+        from ..frontends.export_trace import module_of, program_of  # sympy: only for a program (program_source.py)
+
         subject = program_of(model)
         model = module_of(subject)
 
