@@ -22,6 +22,10 @@ ratios round by round:
   with its error, not timed; ``jf/fastest peer`` is the default count's time over the fastest peer's
   that ran, round by round.
 
+``--only fresh``: each tool's first count in a new process (``python -c``: import torch and the tool,
+build a small CNN, count it once), timed whole, interpreter start included: what a script or a
+command line pays for one count.
+
 ``--only search``: counting 1,000 candidates of a MobileNet-like search space (blocks of random
 depth, width, expansion and kernel size, on a 3 x 64 x 64 image), each tool's counts per second
 (the full run measures it in a fresh process, as a search runs).
@@ -47,6 +51,7 @@ import gc
 import io
 import json
 import logging
+import os
 import random
 import statistics
 import subprocess
@@ -72,7 +77,7 @@ PEERS = ("FlopCounterMode", "fvcore", "ptflops pytorch", "ptflops aten", "thop",
 """The counters a user could pick instead of jitflops."""
 TOOLS = ("forward", "trace", "jitflops", "jitflops real", "jitflops+reports", "dispatch", "export", "FCM fake", *PEERS)
 MEMORY_TOOLS = ("jitflops", "jitflops real", "fvcore", "FlopCounterMode")
-SECTIONS = {"bytes": "byte_count_cost", "roofline": "roofline_error", "search": "search_space"}
+SECTIONS = {"bytes": "byte_count_cost", "roofline": "roofline_error", "search": "search_space", "fresh": "fresh_process"}
 """The sections ``--only`` runs alone, and their entries in the JSON."""
 META_TOOLS = ("trace", "jitflops", "jitflops+reports", "export")
 """What runs on a model built on the meta device: fvcore's handles, FlopCounterMode and the
@@ -497,6 +502,62 @@ def search_space_in_fresh_process() -> dict[str, Any]:
         return json.loads(path.read_text())["search_space"]
 
 
+FRESH_MODEL = (
+    "import torch\n"
+    "from torch import nn\n"
+    "model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6(), nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False),\n"
+    "                      nn.BatchNorm2d(16), nn.ReLU6(), nn.Conv2d(16, 32, 1, bias=False), nn.BatchNorm2d(32), nn.AdaptiveAvgPool2d(1),\n"
+    "                      nn.Flatten(), nn.Linear(32, 10)).eval()\n"
+    "x = torch.randn(1, 3, 64, 64)\n"
+)
+"""The model every fresh process counts: a MobileNet-like stem, block and head (no transformers, whose
+import would dwarf every tool's)."""
+FRESH_COUNTS = {
+    "jitflops": "from jitflops import FlopCountAnalysis\nFlopCountAnalysis(model, x).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()",
+    "FlopCounterMode": "from torch.utils.flop_counter import FlopCounterMode\nwith torch.no_grad(), FlopCounterMode(display=False) as counter:\n    model(x)\ncounter.get_total_flops()",
+    "fvcore": "from fvcore.nn import FlopCountAnalysis\nFlopCountAnalysis(model, x).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()",
+    "ptflops pytorch": "from ptflops import get_model_complexity_info\nget_model_complexity_info(model, (3, 64, 64), as_strings=False, print_per_layer_stat=False, backend='pytorch', verbose=False)",
+    "ptflops aten": "from ptflops import get_model_complexity_info\nget_model_complexity_info(model, (3, 64, 64), as_strings=False, print_per_layer_stat=False, backend='aten', verbose=False)",
+    "thop": "import thop\nthop.profile(model, inputs=(x,), verbose=False)",
+    "calflops": "from calflops import calculate_flops\ncalculate_flops(model, args=[x], print_results=False, print_detailed=False, output_as_string=False)",
+}
+"""Each tool's one count, as its README shows it."""
+
+
+def fresh_process(repeats: int) -> dict[str, Any]:
+    """Each tool's first count in a new process, interleaved over ``repeats`` rounds after an untimed
+    one: median seconds of the whole process, and ``import torch`` alone beside them (the floor every
+    tool shares). Bytecode is cached as in an installed package: where ``PYTHONDONTWRITEBYTECODE`` is
+    set (this machine sets it), an editable install compiles every module of its own at each import
+    (about 0.1 s of jitflops'), which a wheel's users never pay."""
+    scripts = {"import torch": "import torch", **{tool: FRESH_MODEL + count for tool, count in FRESH_COUNTS.items()}}
+    seconds: dict[str, list[float]] = {tool: [] for tool in scripts}
+    failed: dict[str, str] = {}
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    for round_ in range(repeats + 1):
+        for tool, script in scripts.items():
+            if tool in failed:
+                continue
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, cwd=tempfile.gettempdir(), env=environment)
+            if done.returncode:
+                failed[tool] = (done.stderr.strip().splitlines() or ["(no output)"])[-1][:160]
+            elif round_:
+                seconds[tool].append(time.perf_counter() - start)
+    medians = {tool: statistics.median(times) for tool, times in seconds.items() if times}
+    peers = {tool: medians[tool] for tool in PEERS if tool in medians}
+    fastest = min(peers, key=peers.__getitem__)
+    return {"rounds": repeats, "median_s": medians, "failed": failed, "fastest peer": fastest, "jitflops/fastest peer": medians["jitflops"] / peers[fastest]}
+
+
+def print_fresh_process(fresh: dict[str, Any]) -> None:
+    print(f"\nA first count in a fresh process (small CNN, whole process, median of {fresh['rounds']}): "
+          + ", ".join(f"{tool} {seconds:.2f} s" for tool, seconds in sorted(fresh["median_s"].items(), key=lambda item: item[1]))
+          + f"; jitflops / fastest peer ({fresh['fastest peer']}) {fresh['jitflops/fastest peer']:.2f}")
+    for tool, error in fresh["failed"].items():
+        print(f"  {tool} fails: {error}")
+
+
 def print_search_space(search: dict[str, Any]) -> None:
     rates = search["counts_per_second"]
     print(f"\nSearch space: {search['candidates']} MobileNet-like candidates, counts per second: "
@@ -525,6 +586,9 @@ def main() -> None:
     elif options.only == "search":
         section = search_space()
         print_search_space(section)
+    elif options.only == "fresh":
+        section = fresh_process(max(options.repeats, 7))
+        print_fresh_process(section)
     if options.only:
         path = Path(options.json)
         document = json.loads(path.read_text()) if path.exists() else {}
@@ -572,6 +636,8 @@ def main() -> None:
             print(f"{row['model']}: {tool} fails: {error}")
     search = search_space_in_fresh_process()
     print_search_space(search)
+    fresh = fresh_process(max(options.repeats, 7))
+    print_fresh_process(fresh)
     print(f"\nLlama 1.2B shape, real bf16 weights, 4096 tokens: counted in {real_1b['count_s']:.2f} s, "
           f"{real_1b['extra_peak_rss_mib']:.0f} MiB peak RSS over the loaded model ({real_1b['loaded_rss_mib']:.0f} MiB), {real_1b['total_macs'] / 1e12:.2f} TMACs")
     print(f"\nLlama 70B (meta, seq 4096): built in {big['build_s']:.1f} s, counted in {big['count_s']:.1f} s, "
@@ -588,7 +654,8 @@ def main() -> None:
     roofline = roofline_error(options.repeats)
     document = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": options.repeats,
                 "models": results, "llama_1b_bf16": real_1b, "llama_70b_meta": big, "layer_scaling": growth, "timed_pass_overhead": overhead,
-                "sharded_profiling_cost": sharded, "byte_count_cost": bytes_cost, "roofline_error": roofline, "search_space": search}
+                "sharded_profiling_cost": sharded, "byte_count_cost": bytes_cost, "roofline_error": roofline, "search_space": search,
+                "fresh_process": fresh}
     Path(options.json).write_text(json.dumps(document, indent=2))
     print(f"\nwritten: {options.json}", file=sys.stderr)
 
