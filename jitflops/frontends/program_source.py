@@ -9,6 +9,7 @@ when asked for one.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Union
 
 import torch
@@ -18,4 +19,7 @@ ProgramSource = Union["torch.export.ExportedProgram", str, "os.PathLike[str]"]
 
 
 def is_program_source(value: Any) -> bool:
-    return isinstance(value, (torch.export.ExportedProgram, str, os.PathLike))
+    """A path, or an ``ExportedProgram``: asked of ``torch.export`` only where it is imported, since
+    no program exists before (torch 2.11 and 2.13 import it themselves)."""
+    export = sys.modules.get("torch.export")
+    return isinstance(value, (str, os.PathLike)) or (export is not None and isinstance(value, export.ExportedProgram))
