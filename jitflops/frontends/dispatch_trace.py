@@ -429,7 +429,12 @@ def _record_operator(recorder: _OpRecorder, inputs: list[Any], output: Any) -> N
     recorder.records.append((path, record))
 
 
-register_flex_attention(_OpRecorder, _record_operator, _decode)
+@functools.lru_cache(maxsize=None)
+def _flex_attention_recorded() -> None:
+    """``flex_attention`` recorded as one op from the first recording on. Not at import: importing
+    ``flex_attention`` imports sympy on torch 2.14 (a quarter of a second), which a default count
+    does not need."""
+    register_flex_attention(_OpRecorder, _record_operator, _decode)
 
 
 def default_backward(output: Any) -> None:
@@ -464,6 +469,7 @@ def record_with_dispatch(
     saved_grads = [t.grad for t in leaves]
     for tensor in leaves:
         tensor.grad = None
+    _flex_attention_recorded()
     tracker = _ScopeTracker(backward is not None)
     recorder: Optional[_OpRecorder] = None
     # What the recording leaves in reference cycles goes when it ends if it ran collectives: a
