@@ -8,11 +8,12 @@ formulas need of it, its size and name, read while the group exists.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
+
+from .imported_classes import imported_class
 
 
 @dataclass(frozen=True)
@@ -21,14 +22,6 @@ class ProcessGroupMeta:
 
     size: int
     name: str
-
-
-def _distributed_class(module: str, name: str) -> Optional[type]:
-    """A class of ``torch.distributed``, or None where its module is not imported: nothing can be an
-    instance of it then (a torch built without distributed has none). Importing it to ask, with
-    dynamo for :func:`~jitflops.frontends.jit_fallback.is_compiled`, cost a process's first count
-    0.4 s (a small CNN's count takes 3 ms)."""
-    return getattr(sys.modules.get(module), name, None)
 
 
 def ranks_may_communicate() -> bool:
@@ -40,13 +33,13 @@ def ranks_may_communicate() -> bool:
 
 
 def dtensor_class() -> Optional[type]:
-    """``torch.distributed.tensor.DTensor``."""
-    return _distributed_class("torch.distributed.tensor", "DTensor")
+    """``torch.distributed.tensor.DTensor``, where it is imported."""
+    return imported_class("torch.distributed.tensor", "DTensor")
 
 
 def fsdp_module_class() -> Optional[type]:
-    """FSDP2's ``FSDPModule``: what ``fully_shard`` makes a module."""
-    return _distributed_class("torch.distributed.fsdp", "FSDPModule")
+    """FSDP2's ``FSDPModule``, what ``fully_shard`` makes a module, where it is imported."""
+    return imported_class("torch.distributed.fsdp", "FSDPModule")
 
 
 def dispatches_to_dtensor(types: Any) -> bool:

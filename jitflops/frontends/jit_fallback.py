@@ -18,12 +18,12 @@ and where export fails, the dispatch backend counts.
 
 from __future__ import annotations
 
-import sys
 from typing import Optional
 
 import torch
 from torch import nn
 
+from ..core.imported_classes import imported_class
 from ..core.model_io import ModelCall
 from ..core.process_groups import dtensor_class, fsdp_module_class
 
@@ -37,11 +37,9 @@ def jit_tracer_available() -> bool:
 
 
 def is_compiled(model: nn.Module) -> bool:
-    """Whether ``model`` is ``torch.compile``'s wrapper, read without importing dynamo: only
-    ``torch.compile`` makes one, and it imports dynamo first (importing it to ask, with
-    torch.distributed's modules, cost a process's first count 0.4 s)."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    return eval_frame is not None and isinstance(model, eval_frame.OptimizedModule)
+    """Whether ``model`` is ``torch.compile``'s wrapper (asked without importing dynamo)."""
+    compiled = imported_class("torch._dynamo.eval_frame", "OptimizedModule")
+    return compiled is not None and isinstance(model, compiled)
 
 
 def _is_quantized(module: nn.Module) -> bool:

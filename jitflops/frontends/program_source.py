@@ -9,17 +9,17 @@ when asked for one.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, Union
 
 import torch
+
+from ..core.imported_classes import imported_class
 
 ProgramSource = Union["torch.export.ExportedProgram", str, "os.PathLike[str]"]
 """An exported program, or the path of a ``.pt2`` file holding one."""
 
 
 def is_program_source(value: Any) -> bool:
-    """A path, or an ``ExportedProgram``: asked of ``torch.export`` only where it is imported, since
-    no program exists before (torch 2.11 and 2.13 import it themselves)."""
-    export = sys.modules.get("torch.export")
-    return isinstance(value, (str, os.PathLike)) or (export is not None and isinstance(value, export.ExportedProgram))
+    """A path, or an ``ExportedProgram`` (asked without importing ``torch.export``)."""
+    program = imported_class("torch.export", "ExportedProgram")
+    return isinstance(value, (str, os.PathLike)) or (program is not None and isinstance(value, program))
