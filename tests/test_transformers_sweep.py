@@ -1,6 +1,7 @@
 """A sample of transformers' architectures, built as ``tools/sweep.py`` builds them (tiny or
 shallow configs, random weights): both backends count every one whose eager forward runs, with no
-unsupported op, equal totals, and nothing below ``FlopCounterMode``'s count; decoders' mask-aware counts
+unsupported op, equal totals (and, where the default count is read from the calls, every module's
+equal to the JIT trace's), and nothing below ``FlopCounterMode``'s count; decoders' mask-aware counts
 equal under both backends, unpadded and left-padded; and after those counts
 and a training-mode dispatch count with the backward pass, every parameter and buffer is as it was.
 
@@ -44,6 +45,7 @@ def test_architecture_is_counted_cleanly(model_type):
         pytest.skip(f"{model_type}: {result.status} ({result.error[:120]}): nothing to count")
     assert not result.jit_error and not result.dispatch_error, (result.jit_error, result.dispatch_error)
     assert not result.unsupported
+    assert not result.calls_modules_differ, result.calls_modules_differ  # the default count from the calls is the trace's
     assert not result.changed, f"{len(result.changed)} parameters and buffers not given back as they were: {result.changed[:5]}"
     if not result.known_difference:
         assert result.jit == result.dispatch

@@ -7,9 +7,10 @@ ratios round by round:
 * ``forward``: the model's own forward, under ``no_grad``;
 * ``trace``: bare ``torch.jit._get_trace_graph`` of the model on its real values, no hooks (the
   floor of a count that computes);
-* ``jitflops``: the default ``FlopCountAnalysis(...).total()`` from a fresh object (on meta values
-  where that pays off: ``jitflops.frontends.meta_values``);
-* ``jitflops real``: the same with real values forced (``compute=True``);
+* ``jitflops``: the default ``FlopCountAnalysis(...).total()`` from a fresh object: the JIT trace's
+  records read from the model's calls where they can be (``jitflops.frontends.call_recording``),
+  traced otherwise, on meta values where that pays off (``jitflops.frontends.meta_values``);
+* ``jitflops real``: the same with real values forced (``compute=True``), which traces: the JIT's cost;
 * ``jitflops+reports``: the default, then ``by_module()``, ``by_operator()`` and ``flop_count_table()``;
 * ``dispatch``: ``FlopCountAnalysis(..., backend="dispatch").total()``;
 * ``export``: ``FlopCountAnalysis(..., backend="export").total()`` (``torch.export`` included);

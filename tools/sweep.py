@@ -125,6 +125,11 @@ class ArchitectureResult:
     """The default call's count (the JIT, or its fallback: ``counted_by``)."""
     counted_by: str = ""
     fallback_reason: str = ""
+    jit_from_calls: bool = False
+    """Whether the default count was read from the model's calls, without the tracer
+    (:mod:`jitflops.frontends.call_recording`)."""
+    calls_modules_differ: list = field(default_factory=list)
+    """Where it was: the modules whose count is not the JIT trace's (empty: every module agrees)."""
     dispatch: Optional[int] = None
     export: Optional[int] = None
     """The export backend's count (``torch.export``, strict=False, read statically)."""
@@ -152,6 +157,7 @@ class ArchitectureResult:
         return (
             self.jit is not None and self.dispatch is not None and self.jit == self.dispatch and not self.unsupported
             and (self.flop_counter is None or 2 * self.jit >= self.flop_counter) and not self.changed and self.masked_agree
+            and not self.calls_modules_differ
         )
 
     @property
@@ -426,6 +432,10 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
                                                       if per_module["export"][name] != per_module.get("dispatch", Counter())[name])
                 continue
             if backend == "jit":
+                result.jit_from_calls = analysis._trace is None  # before counted_by, which traces
+                if result.jit_from_calls:
+                    traced = +jitflops.FlopCountAnalysis(model, inputs, compute=True).by_module(emit_warnings=False)
+                    result.calls_modules_differ = sorted(name for name in set(traced) | set(per_module["jit"]) if traced[name] != per_module["jit"][name])
                 result.counted_by, result.fallback_reason = analysis.counted_by, analysis.fallback_reason or ""
             unsupported.update({f"{backend}:{op}": n for op, n in analysis.unsupported_ops().items()})
         except Exception as error:
@@ -638,6 +648,8 @@ def summarise(results: list[dict]) -> dict[str, Any]:
         "not cleanly, unexplained": sum(not r.clean and not r.known_difference for r in typed),
         "JIT fails": sum(bool(r.jit_error) for r in typed),
         "counted by the JIT's fallback, the dispatch backend": sum(r.counted_by == "dispatch" for r in typed),
+        "default count read from the calls, without the tracer": sum(r.jit_from_calls for r in typed),
+        "read from the calls, a module's count not the JIT trace's": sum(bool(r.calls_modules_differ) for r in typed),
         "dispatch fails": sum(bool(r.dispatch_error) for r in typed),
         "training-mode dispatch count with backward fails": sum(bool(r.training_error) for r in typed),
         "model not given back as it was": sum(bool(r.changed) for r in typed),

@@ -82,6 +82,11 @@ class FlopCountAnalysis(JitModelAnalysis):
             trace = MaskReadingTrace(trace, lambda: record_with_dispatch(self._model, self._call, self._aliases))
         return super()._analyze(trace)
 
+    def _counts_calls(self) -> bool:
+        """A FLOP count under dense attention may count from the model's calls (a masked count reads
+        its masks into a JIT trace)."""
+        return self._attention != "masked"
+
     def _new_like(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> "FlopCountAnalysis":
         return type(self)(model, inputs, kwargs, elementwise=self._elementwise, attention=self._attention, **self._front_end_settings())
 
@@ -97,7 +102,7 @@ class FlopCountAnalysis(JitModelAnalysis):
         products are no floating-point work), per module that ran them: what
         :class:`~jitflops.IntegerOpCountAnalysis` counts from the same recording. Empty where the
         model ran none, or where a handle set here counts them."""
-        trace = self.scoped_trace()
+        trace = self._recording()
         left_out = {kind for kind in INTEGER_MAC_FORMULAS.kinds() if kind in self._ignored_ops and kind not in self._op_handles}
         if not any(kind in left_out for kind, _ in trace.operations()):
             return Counter()

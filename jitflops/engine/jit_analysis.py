@@ -24,6 +24,8 @@ from torch import nn
 from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from .counting import OpCount, Statistics, module_aliases, statistics_of
+from ..frontends.call_recording import record_calls
+from ..frontends.meta_values import CALLS_COMPUTE_BELOW_WORK, computes_by_default
 from ..frontends.dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from ..core.errors import JitFallbackWarning, JitflopsError
 from ..frontends.program_source import ProgramSource, is_program_source
@@ -160,6 +162,9 @@ class JitModelAnalysis:
         self._op_handles: dict[str, Handle] = {}
         self._ignored_ops: set[str] = set(self._default_ignored_ops())
         self._trace: Optional[OpSource] = None
+        self._calls: Optional[OpSource] = None
+        """The JIT trace's records read from the model's calls, where the last count was taken from
+        them instead of a trace (:meth:`_recorded_calls`)."""
         self._fallback: Optional[str] = None
         self._counted_by: Optional[str] = None
         self._stats: Optional[Statistics] = None
@@ -449,14 +454,17 @@ class JitModelAnalysis:
     def _results(self, emit_warnings: bool = True) -> Statistics:
         if self._stats is None:
             with collector_paused():
-                if self._trace is None:
+                if self._trace is None:  # recorded again for each new count: the calls taken depend on the handles
+                    self._calls = self._recorded_calls()
+                if self._trace is None and self._calls is None:
                     front_end, arguments = self._front_end()
                     try:
                         self._trace = front_end(*arguments)
                     except Exception as error:
                         self._trace = self._recorded_after(error)
-                self._trace.replay_warnings(self._warn_trace)
-                self._stats = self._analyze(self._trace)
+                if self._trace is not None:
+                    self._trace.replay_warnings(self._warn_trace)
+                self._stats = self._analyze(self._recording())
             self._warnings_emitted = False
         if emit_warnings and not self._warnings_emitted:
             self._warnings_emitted = True
@@ -467,6 +475,27 @@ class JitModelAnalysis:
 
     def _analyze(self, trace: OpSource) -> Statistics:
         return statistics_of(trace, self._op_handles, self._ignored_ops, self._aliases, self._ancestor_mode)
+
+    def _counts_calls(self) -> bool:
+        """Whether this analysis may count from the model's calls instead of a trace, with the same
+        records (:mod:`jitflops.frontends.call_recording`): a subclass says which may; only a JIT count
+        that may run on values without data, whose tracer warnings are not asked for."""
+        return False
+
+    def _recorded_calls(self) -> Optional[OpSource]:
+        """The JIT trace's records read from the model's calls, where this count may take them
+        (:meth:`_counts_calls`) and the model's calls allow it; None: the JIT traces it."""
+        if not (
+            self._counts_calls() and self._backend == "jit" and self._compute is not True and self._warn_trace == "no_tracer_warning"
+            and jit_tracer_available() and untraceable_reason(self._model, self._call) is None
+        ):
+            return None
+        on_values = self._compute is None and computes_by_default(self._model, list(self._model.parameters()), self._call, CALLS_COMPUTE_BELOW_WORK)
+        return record_calls(self._model, self._call, self._aliases, self._op_handles, self._ignored_ops, on_values)
+
+    def _recording(self) -> OpSource:
+        """What the counts were read from: the trace, or the calls where no trace was taken."""
+        return self._calls if self._trace is None and self._calls is not None else self.scoped_trace()
 
     # ---------------------------------------------------------------- warnings
 

@@ -1,0 +1,393 @@
+"""A JIT count without the tracer: the model's torch calls.
+
+A count under the default conventions reads few of a JIT graph's nodes: those its handles count
+(products, convolutions, norms, pools, attention). Every other node is an op it ignores, and
+matters only as a sign that its module ran (fvcore's rule for uncalled modules). A
+``TorchFunctionMode`` sees each torch call as Python makes it, which is the op the tracer records
+at that place; global module hooks give each call its module scope, and what Python can ask of the
+tracer answers as under it. One forward under both (on a meta copy of the model, or on its values
+where the call is small) gives the records of the trace for the cost of that forward: what made
+small models cost more to count than to run was the tracer's own work per node (a source range
+walked from the whole Python stack for every node, constants included).
+
+Only calls whose nodes are known are taken: :data:`COUNTED_CALLS` (with how a call's arguments
+become its node's) and :data:`FREE_CALLS` (the ops each records, which the count must ignore).
+Anything else (another call, reading a tensor's value, an op the analysis counts without a shape
+formula or does not know, a module hook, a module the analysis has no name for, a custom autograd
+Function, a scripted function) ends the recording with None, and the JIT traces the model as before: it alone warns of
+control flow that depends on values, and records what it alone records. ``tests/test_call_recording.py``
+compares the two on every model of the zoo and traces each call of both tables.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import types
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Iterator, Mapping, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules import module as module_globals
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.overrides import TorchFunctionMode
+
+from ..core.model_guard import preserved
+from ..core.model_io import ModelCall
+from ..core.records import EagerOpRecord, TensorMeta
+from ..handles.registry import ShapeFormula
+from .jit_fallback import is_compiled
+from .meta_values import empty_copy, holds_meta, meta_blocker, meta_kernels_for_tracing
+
+logger = logging.getLogger(__name__)
+
+
+def _meta(value: Any) -> Any:
+    """A tensor argument as the JIT's record holds it (shape and dtype); anything else as it is."""
+    return TensorMeta(tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else value
+
+
+def _sizes(value: Any, dims: int) -> list[Any]:
+    """An ``int[dims]`` argument as the node holds it: a single int repeated."""
+    return list(value) if isinstance(value, (list, tuple)) else [value] * dims
+
+
+class _NotTaken(Exception):
+    """A call outside the tables: the JIT traces the model instead."""
+
+
+def _convolution(dims: int) -> Callable[..., list[Any]]:
+    """``conv1d``/``conv2d``/``conv3d`` as the node the tracer records for them, ``aten::_convolution``."""
+
+    def arguments(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> list[Any]:
+        if isinstance(padding, str):  # recorded as aten::_convolution_mode
+            raise _NotTaken("a convolution with padding given by name")
+        return [_meta(input), _meta(weight), _meta(bias), _sizes(stride, dims), _sizes(padding, dims), _sizes(dilation, dims), False, [0] * dims, groups, False, False, True, True]
+
+    return arguments
+
+
+def _linear(input: Any, weight: Any, bias: Any = None) -> list[Any]:
+    return [_meta(input), _meta(weight), _meta(bias)]
+
+
+def _batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = None, bias: Any = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> list[Any]:
+    return [_meta(input), _meta(weight), _meta(bias), _meta(running_mean), _meta(running_var), training, momentum, eps, True]
+
+
+def _layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> list[Any]:
+    return [_meta(input), list(normalized_shape), _meta(weight), _meta(bias), eps, True]
+
+
+def _group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> list[Any]:
+    return [_meta(input), num_groups, _meta(weight), _meta(bias), eps, True]
+
+
+def _adaptive_pool(dims: int) -> Callable[..., list[Any]]:
+    def arguments(input: Any, output_size: Any) -> list[Any]:
+        sizes = _sizes(output_size, dims)
+        return [_meta(input), [input.shape[-dims + index] if size is None else size for index, size in enumerate(sizes)]]
+
+    return arguments
+
+
+def _max_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> list[Any]:
+    if return_indices:  # recorded as aten::max_pool2d_with_indices
+        raise _NotTaken("a max pool that returns its indices")
+    return [_meta(input), _sizes(kernel_size, 2), [] if stride is None else _sizes(stride, 2), _sizes(padding, 2), _sizes(dilation, 2), ceil_mode]
+
+
+def _attention(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False, scale: Any = None, enable_gqa: bool = False) -> list[Any]:
+    return [_meta(query), _meta(key), _meta(value), _meta(attn_mask), dropout_p, is_causal, scale, enable_gqa]
+
+
+def _product(input: Any, other: Any) -> list[Any]:
+    return [_meta(input), _meta(other)]
+
+
+def _addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> list[Any]:
+    return [_meta(input), _meta(mat1), _meta(mat2), beta, alpha]
+
+
+COUNTED_CALLS: dict[Callable[..., Any], tuple[str, Callable[..., list[Any]]]] = {
+    torch.conv1d: ("aten::_convolution", _convolution(1)),
+    torch.conv2d: ("aten::_convolution", _convolution(2)),
+    torch.conv3d: ("aten::_convolution", _convolution(3)),
+    F.linear: ("aten::linear", _linear),
+    F.batch_norm: ("aten::batch_norm", _batch_norm),
+    F.layer_norm: ("aten::layer_norm", _layer_norm),
+    F.group_norm: ("aten::group_norm", _group_norm),
+    torch.adaptive_avg_pool1d: ("aten::adaptive_avg_pool1d", _adaptive_pool(1)),
+    F.adaptive_avg_pool2d: ("aten::adaptive_avg_pool2d", _adaptive_pool(2)),
+    F.max_pool2d: ("aten::max_pool2d", _max_pool2d),
+    F.scaled_dot_product_attention: ("aten::scaled_dot_product_attention", _attention),
+    torch.matmul: ("aten::matmul", _product),
+    torch.Tensor.matmul: ("aten::matmul", _product),
+    torch.Tensor.__matmul__: ("aten::matmul", _product),
+    torch.bmm: ("aten::bmm", _product),
+    torch.Tensor.bmm: ("aten::bmm", _product),
+    torch.addmm: ("aten::addmm", _addmm),
+}
+"""Calls the default counts count, each with the kind of the node the tracer records for it and
+how its arguments become that node's (in the order of the op's schema)."""
+
+SILENT: tuple[str, ...] = ()
+"""The kinds of a call that records no node: the tracer reads it and moves on (``x.dim()``, a
+tensor's dtype or device, ``torch.tensor`` of data, which becomes a constant)."""
+
+_ELEMENTWISE = (
+    "abs", "add", "add_", "ceil", "clamp", "cos", "div", "div_", "eq", "erf", "exp", "floor", "ge", "gelu", "gt", "isnan",
+    "le", "log", "logical_not", "lt", "masked_fill", "masked_fill_", "maximum", "minimum", "mul", "mul_", "ne", "neg", "pow",
+    "floor_divide", "reciprocal", "relu", "relu_", "remainder", "round", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
+    "sub_", "tanh", "where",
+)
+_SHAPES = (
+    "cat", "chunk", "clone", "contiguous", "detach", "expand", "expand_as", "flatten", "flip", "index_select", "narrow",
+    "permute", "repeat", "repeat_interleave", "reshape", "roll", "squeeze", "stack", "t", "transpose", "tril", "triu",
+    "unbind", "unsqueeze", "view", "view_as",
+)
+_MADE = ("arange", "full_like", "new_ones", "new_zeros", "ones", "ones_like", "zeros", "zeros_like")
+_REDUCTIONS = ("all", "any", "argmax", "cumsum", "gather", "log_softmax", "max", "mean", "min", "sum")
+
+FREE_CALLS: dict[str, tuple[str, ...]] = {
+    **{name: (f"aten::{name}",) for name in _ELEMENTWISE + _SHAPES + _MADE + _REDUCTIONS},
+    "__add__": ("aten::add",), "__radd__": ("aten::add",), "__iadd__": ("aten::add_",), "__sub__": ("aten::sub",),
+    "__mul__": ("aten::mul",), "__rmul__": ("aten::mul",), "__imul__": ("aten::mul_",), "__truediv__": ("aten::div",),
+    "__neg__": ("aten::neg",), "__eq__": ("aten::eq",), "__ne__": ("aten::ne",), "__lt__": ("aten::lt",), "__le__": ("aten::le",),
+    "__gt__": ("aten::gt",), "__ge__": ("aten::ge",), "__pow__": ("aten::pow",),
+    "__rsub__": ("aten::rsub",), "__getitem__": ("aten::slice", "aten::select", "aten::unsqueeze", "aten::index"),
+    "numel": ("aten::numel",),
+    "__mod__": ("aten::remainder",), "__rmod__": ("aten::remainder",), "__floordiv__": ("aten::floor_divide",),
+    "__rfloordiv__": ("aten::floor_divide",),
+    "__rtruediv__": ("aten::reciprocal", "aten::mul"),
+    "to": ("aten::to",), "float": ("aten::to",), "long": ("aten::to",), "bool": ("aten::to",), "half": ("aten::to",),
+    "type_as": ("aten::type_as",),
+    "size": ("aten::size",), "shape": ("aten::size",),
+    "split": ("aten::split",), "dropout": ("aten::dropout",), "embedding": ("aten::embedding",), "pad": ("aten::pad",),
+    "hardtanh": ("aten::hardtanh", "aten::hardtanh_"), "silu": ("aten::silu", "aten::silu_"), "softmax": ("aten::softmax",),
+    "tensor": ("prim::Constant",), "dim": SILENT, "dtype": SILENT, "device": SILENT,
+}
+"""Calls the default counts ignore, by name (a tensor method, a torch function, a property, an
+operator), with the kinds of the nodes the tracer records for them (none: :data:`SILENT`). A
+call is taken only where each kind is one the analysis ignores (``prim::`` nodes are no ops: a
+tensor made of data is a constant)."""
+
+DROPPED_WHEN_UNUSED = frozenset({"size", "shape", "numel", "split", "chunk", "unbind"})
+"""Calls that give sizes or lists of tensors: the trace keeps their nodes only where what they give
+is used, so where a module and the modules inside it ran nothing else, whether the JIT finds it
+called is not known here, and the model is traced."""
+
+_PYTHON_FREE_CALLS: dict[Callable[..., Any], str] = {
+    F.dropout: "dropout", F.embedding: "embedding", F.pad: "pad", F.hardtanh: "hardtanh", F.relu: "relu", F.silu: "silu",
+    F.softmax: "softmax", torch.Tensor.split: "split", torch.Tensor.__rsub__: "__rsub__", torch.Tensor.__rmod__: "__rmod__",
+    torch.Tensor.__floordiv__: "__floordiv__", torch.Tensor.__rfloordiv__: "__rfloordiv__", torch.Tensor.__rtruediv__: "__rtruediv__",
+}
+"""The Python functions among :data:`FREE_CALLS`: what they call is not seen (the mode is off
+while a call it handles runs), so they are known by identity, not by name."""
+
+_BUILTINS = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType)
+
+
+def _free_call_name(func: Any, args: tuple) -> Optional[str]:
+    """The name under which ``func`` may be in :data:`FREE_CALLS` (None: it is not a torch builtin)."""
+    python = _PYTHON_FREE_CALLS.get(func)
+    if python is not None:
+        return python
+    if isinstance(func, _BUILTINS):
+        name = func.__name__
+        if name == "__get__":  # a tensor's property
+            return getattr(func.__self__, "__name__", None)
+        return name
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _argument_names(kind: str, arity: int) -> tuple[str, ...]:
+    schema = next(s for s in torch._C._jit_get_schemas_for_operator(kind) if len(s.arguments) == arity)
+    return tuple(argument.name for argument in schema.arguments)
+
+
+@dataclass(frozen=True)
+class CallTrace:
+    """The counted calls of one forward, each with its full scope path, and every scope in which a
+    call recorded a node: an op source for the engine, with the JIT trace's records and scopes."""
+
+    records: tuple[tuple[str, EagerOpRecord], ...]
+    ran_in: tuple[str, ...]
+
+    def operations(self) -> Iterator[tuple[str, tuple[str, EagerOpRecord]]]:
+        return ((record.kind, (path, record)) for path, record in self.records)
+
+    @staticmethod
+    def scope_of(item: tuple[str, EagerOpRecord]) -> str:
+        return item[0]
+
+    @staticmethod
+    def record(item: tuple[str, EagerOpRecord], kind: str, module: str) -> EagerOpRecord:
+        return item[1]
+
+    def scopes(self) -> Iterator[str]:
+        return iter(self.ran_in)
+
+    @staticmethod
+    def parts(item: tuple[str, EagerOpRecord]) -> tuple[()]:
+        return ()
+
+    @staticmethod
+    def replay_warnings(mode: str) -> None:
+        """No tracer ran: nothing to show again."""
+
+
+class _CallRecorder(TorchFunctionMode):
+    """Records the counted calls and the scopes calls ran in; raises :class:`_NotTaken` at any other call."""
+
+    def __init__(self, handles: Mapping[str, Any], ignored: Collection[str]) -> None:
+        super().__init__()
+        self.handles = handles
+        self.ignored = ignored
+        self.paths = [""]
+        self.records: list[tuple[str, EagerOpRecord]] = []
+        self.ran_in: dict[str, None] = {}
+        self.maybe_ran_in: set[str] = set()
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        rule = COUNTED_CALLS.get(func)
+        if rule is not None:
+            kind, arguments = rule
+            if not isinstance(self.handles.get(kind), ShapeFormula):
+                raise _NotTaken(f"{kind} has no shape formula here")
+            values = arguments(*args, **kwargs)
+            output = func(*args, **kwargs)
+            path = self.paths[-1]
+            record = EagerOpRecord(kind, values, [_meta(output)], _argument_names(kind, len(values)), path.rpartition("/")[2])
+            self.records.append((path, record))
+            self.ran_in[path] = None
+            return output
+        name = _free_call_name(func, args)
+        kinds = FREE_CALLS.get(name) if name is not None else None
+        if kinds is None or any((kind not in self.ignored or kind in self.handles) and not kind.startswith("prim::") for kind in kinds):
+            raise _NotTaken(f"{getattr(func, '__qualname__', func)} is not a call whose nodes are known")
+        if name in DROPPED_WHEN_UNUSED:
+            self.maybe_ran_in.add(self.paths[-1])
+        elif kinds:
+            self.ran_in[self.paths[-1]] = None
+        return func(*args, **kwargs)
+
+
+def _hooked(model: nn.Module) -> bool:
+    """Whether a hook could run code around a module's forward (the JIT scopes it differently)."""
+    if module_globals._global_forward_hooks or module_globals._global_forward_pre_hooks:
+        return True
+    return any(module._forward_hooks or module._forward_pre_hooks for module in model.modules())
+
+
+def _not_taken_before(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str]) -> Optional[str]:
+    """Why the calls of ``model`` cannot be recorded, known before it runs (None: they may be)."""
+    blocker = meta_blocker(model, call)
+    if blocker is not None:
+        return blocker
+    if _hooked(model):
+        return "a module has hooks"
+    if nn.Module.__call__ is not getattr(nn.Module, "_wrapped_call_impl", nn.Module.__call__):
+        return "nn.Module.__call__ is another tool's"
+    for module in model.modules():
+        if module not in names:
+            return f"a {type(module).__name__} has no name"
+        if isinstance(module, (nn.RNNBase, torch.jit.ScriptModule, nn.DataParallel, nn.parallel.DistributedDataParallel)) or is_compiled(module):
+            return f"a {type(module).__name__}"
+    return None
+
+
+@contextmanager
+def _as_under_the_tracer(recording: int) -> Iterator[None]:
+    """For the body, in the thread ``recording``, what Python can ask of the tracer answers as under
+    it: ``torch.jit.is_tracing()`` is True, so code that asks takes the path it takes when traced
+    (transformers has 90 modules that ask: a position embedding interpolated only when traced, a
+    mask kept only when traced). And calls whose ops no torch function mode sees, which the tracer
+    records as one node (or fails on), stop the recording: a custom autograd Function
+    (``prim::PythonOp``) and a scripted function or method (``prim::CallFunction``). Other threads
+    get torch's own. Called under :data:`~jitflops.core.model_guard.RECORDING_LOCK`."""
+    answer = torch.jit.is_tracing
+    apply = vars(torch.autograd.Function)["apply"]
+    scripted = [(kind, vars(kind)["__call__"]) for kind in (torch._C.ScriptFunction, torch._C.ScriptMethod)]
+
+    def is_tracing() -> bool:
+        return threading.get_ident() == recording or answer()
+
+    def refused(what: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def refusing(owner: Any, *args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() == recording:
+                raise _NotTaken(f"{getattr(owner, '__name__', what)} is a {what}")
+            return call(owner, *args, **kwargs)
+
+        return refusing
+
+    torch.jit.is_tracing, torch.autograd.Function.apply = is_tracing, classmethod(refused("custom autograd Function", apply.__func__))
+    for kind, call in scripted:
+        kind.__call__ = refused("scripted function", call)
+    try:
+        yield
+    finally:
+        torch.jit.is_tracing, torch.autograd.Function.apply = answer, apply
+        for kind, call in scripted:
+            kind.__call__ = call
+
+
+def _ran_within(path: str, ran_in: Collection[str]) -> bool:
+    """Whether a node was recorded in the scope ``path`` or in a scope inside it (which makes its
+    module called for the JIT too)."""
+    return path in ran_in or any(scope.startswith(f"{path}/") for scope in ran_in)
+
+
+def record_calls(
+    model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], handles: Mapping[str, Any], ignored: Collection[str], on_values: bool
+) -> Optional[CallTrace]:
+    """The JIT trace's records of ``model`` called with ``call``, for an analysis with ``handles`` that
+    ignores the kinds ``ignored``, read from its calls: on its own values where ``on_values`` (a small
+    call computes faster than a meta copy is made, and runs no meta kernel, whose first use imports
+    sympy), on a meta copy otherwise. None where they cannot be read (the reason is logged at debug
+    level): the JIT traces."""
+    names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
+    reason = _not_taken_before(model, call, names)
+    if reason is not None:
+        logger.debug("traced: %s", reason)
+        return None
+    on_meta = not on_values and not holds_meta(list(model.parameters()), call)
+    if on_meta:
+        model, call, copies = empty_copy(model, call)
+        names = {copies[module]: name for module, name in names.items()}
+    recorder, recording = _CallRecorder(handles, ignored), threading.get_ident()
+
+    def enter(module: nn.Module, inputs: Any) -> None:
+        if threading.get_ident() != recording:  # another thread's module
+            return
+        name = names.get(module)
+        if name is None:
+            raise _NotTaken(f"a {type(module).__name__} that is not one of the model's modules ran")
+        recorder.paths.append(f"{recorder.paths[-1]}/{name}" if name else recorder.paths[-1])
+
+    def leave(module: nn.Module, inputs: Any, output: Any) -> None:
+        if module in names and threading.get_ident() == recording:
+            recorder.paths.pop()
+
+    try:
+        with preserved(model), _as_under_the_tracer(recording), meta_kernels_for_tracing() if on_meta else nullcontext(), torch.no_grad():
+            entering, leaving = register_module_forward_pre_hook(enter), register_module_forward_hook(leave)
+            try:
+                with recorder:
+                    model(*call.args, **call.kwargs)
+            finally:
+                entering.remove()
+                leaving.remove()
+    except Exception as error:  # the JIT traces it (an interrupt is not caught)
+        logger.debug("traced: recording the calls stopped: %s", error)
+        return None
+    if any(not _ran_within(path, recorder.ran_in) for path in recorder.maybe_ran_in):
+        logger.debug("traced: a module ran only calls whose nodes the trace may drop")
+        return None
+    return CallTrace(tuple(recorder.records), tuple(recorder.ran_in))
