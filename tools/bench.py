@@ -233,9 +233,28 @@ def paired_ratios(seconds: dict[str, list[float]]) -> dict[str, float]:
     return ratios
 
 
+_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs")
+
+
+def _hook_keys(model: torch.nn.Module) -> dict[torch.nn.Module, dict[str, set[int]]]:
+    return {module: {table: set(getattr(module, table)) for table in _HOOK_TABLES} for module in model.modules()}
+
+
+def remove_leftover_hooks(model: torch.nn.Module, before: dict[torch.nn.Module, dict[str, set[int]]]) -> None:
+    """Remove the module hooks a tool left behind (ptflops' ``aten`` backend leaves a forward hook
+    and a pre-hook on each of the model's top modules): no tool runs another's, and none is timed
+    on a model whose hooks another left."""
+    for module, tables in before.items():
+        for table, keys in tables.items():
+            hooks = getattr(module, table)
+            for key in set(hooks) - keys:
+                del hooks[key]
+
+
 def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any]:
     model, args, kwargs = ZOO[name].instantiate(device_for(name))
     runners = make_runners(model, args, kwargs)
+    clean = _hook_keys(model)
     if device_for(name) == "meta":
         tools = tuple(t for t in tools if t in META_TOOLS)
     totals: dict[str, float] = {}
@@ -247,6 +266,7 @@ def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any
                 totals[tool] = runners[tool]()
         except Exception as error:
             failed[tool] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:160] if str(error).strip() else ''}"
+        remove_leftover_hooks(model, clean)
     tools = tuple(tool for tool in tools if tool not in failed)
     seconds: dict[str, list[float]] = {tool: [] for tool in tools}
     rounds = min(MAX_ROUNDS, max(repeats, int(ROUND_SECONDS / (time.perf_counter() - start))))
@@ -257,6 +277,7 @@ def time_tools(name: str, repeats: int, tools: tuple[str, ...]) -> dict[str, Any
                 start = time.perf_counter()
                 runners[tool]()
                 seconds[tool].append(time.perf_counter() - start)
+            remove_leftover_hooks(model, clean)
     nodes, engine_s = engine_cost(model, args, kwargs, repeats)
     return {
         "model": name,

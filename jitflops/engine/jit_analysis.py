@@ -25,7 +25,7 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from .counting import OpCount, Statistics, module_aliases, statistics_of
 from ..frontends.call_recording import record_calls
-from ..frontends.meta_values import CALLS_COMPUTE_BELOW_WORK, computes_by_default
+from ..frontends.meta_values import CALLS_COMPUTE_BELOW_WORK, computes_by_default, holds_meta
 from ..frontends.dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from ..core.errors import JitFallbackWarning, JitflopsError
 from ..frontends.program_source import ProgramSource, is_program_source
@@ -379,14 +379,16 @@ class JitModelAnalysis:
     def counted_by(self) -> str:
         """The front end that recorded the ops: the one asked for, or the JIT's fallback
         (``"dispatch"``; ``"export"`` where torch has no JIT tracer): :attr:`fallback_reason`
-        says why. Records the model on first use."""
-        self.scoped_trace()
+        says why. Records the model on first use (a count read from the model's calls is the JIT's, no trace taken)."""
+        if self._trace is None and self._calls is None:
+            self.scoped_trace()
         return self._counted_by or self._backend
 
     @property
     def fallback_reason(self) -> Optional[str]:
         """Why another front end counted a model the JIT was asked to (None: it did not)."""
-        self.scoped_trace()
+        if self._trace is None and self._calls is None:
+            self.scoped_trace()
         return self._fallback
 
     def scoped_trace(self) -> OpSource:
@@ -490,8 +492,10 @@ class JitModelAnalysis:
             and jit_tracer_available() and untraceable_reason(self._model, self._call) is None
         ):
             return None
-        on_values = self._compute is None and computes_by_default(self._model, list(self._model.parameters()), self._call, CALLS_COMPUTE_BELOW_WORK)
-        return record_calls(self._model, self._call, self._aliases, self._op_handles, self._ignored_ops, on_values)
+        parameters = list(self._model.parameters())
+        on_values = self._compute is None and computes_by_default(self._model, parameters, self._call, CALLS_COMPUTE_BELOW_WORK)
+        on_meta_copy = not on_values and not holds_meta(parameters, self._call)  # a model on the meta device runs as it is
+        return record_calls(self._model, self._call, self._aliases, self._op_handles, self._ignored_ops, on_meta_copy)
 
     def _recording(self) -> OpSource:
         """What the counts were read from: the trace, or the calls where no trace was taken."""
