@@ -205,3 +205,18 @@ def test_a_counted_call_gives_the_node_the_tracer_records() -> None:
         assert analysis._trace is None, module
         assert set(analysis.by_operator()) and analysis.total() > 0
     assert "aten::_convolution" in counted
+
+
+def test_a_training_forward_that_writes_its_buffers_leaves_the_model_as_it_was() -> None:
+    """On the model's own values (a small call), the calls that write (a batch norm's running
+    statistics in training, ``num_batches_tracked.add_``, an in-place activation) are copied before
+    they write, and put back; nothing is left for a ``ModelChangedWarning``."""
+    import warnings
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(inplace=True), nn.Flatten(), nn.Linear(8 * 6 * 6, 4)).train()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        analysis = _same_as_the_trace(model, (torch.randn(2, 3, 8, 8),))
+    assert analysis._trace is None
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())

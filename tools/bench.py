@@ -424,8 +424,9 @@ def sharded_profiling_cost(steps: int = 101, alternations: int = 3) -> dict[str,
 
 
 def byte_count_cost(models: list[str], repeats: int) -> dict[str, dict[str, float]]:
-    """Per model, the median time of a fresh default count and of its bytes from the same
-    recording (what every profile now adds), and their ratio."""
+    """Per model, the median time of a fresh traced count (as a profile takes it: the default count
+    reads most models from their calls, and bytes need the trace's records of every op) and of its
+    bytes from the same recording (what every profile adds), and their ratio."""
     from jitflops import ByteCountAnalysis
 
     costs = {}
@@ -435,6 +436,7 @@ def byte_count_cost(models: list[str], repeats: int) -> dict[str, dict[str, floa
         for _ in range(repeats):
             start = time.perf_counter()
             flops = FlopCountAnalysis(model, args, kwargs)
+            flops.scoped_trace()
             flops.total()
             middle = time.perf_counter()
             flops.of_same_recording(ByteCountAnalysis).total()

@@ -77,8 +77,10 @@ class FlopCountAnalysis(JitModelAnalysis):
         """Under the mask-aware convention a JIT trace's masks are read by one eager run of the call
         (:mod:`jitflops.frontends.jit_mask_readings`), unless counting may not compute (``compute=False``)
         or there are no values to read (the meta device)."""
-        reads_masks = self._compute is not False and not holds_meta(list(self._model.parameters()), self._call)
-        if self._attention == "masked" and isinstance(trace, ScopedTrace) and reads_masks:
+        if (
+            self._attention == "masked" and isinstance(trace, ScopedTrace)
+            and self._compute is not False and not holds_meta(list(self._model.parameters()), self._call)  # values to read
+        ):
             trace = MaskReadingTrace(trace, lambda: record_with_dispatch(self._model, self._call, self._aliases))
         return super()._analyze(trace)
 

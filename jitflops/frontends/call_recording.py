@@ -242,13 +242,41 @@ class CallTrace:
         """No tracer ran: nothing to show again."""
 
 
-class _CallRecorder(TorchFunctionMode):
-    """Records the counted calls and the scopes calls ran in; raises :class:`_NotTaken` at any other call."""
+_INPLACE_FLAG: dict[Callable[..., Any], int] = {F.hardtanh: 3, F.relu: 1, F.silu: 1, F.dropout: 3}
+"""Free calls that write their input where their ``inplace`` argument (at that place) is set."""
 
-    def __init__(self, handles: Mapping[str, Any], ignored: Collection[str]) -> None:
+
+def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
+    return args[index] if len(args) > index else kwargs.get(name)
+
+
+def _written(func: Any, name: Optional[str], args: tuple, kwargs: dict) -> tuple[Any, ...]:
+    """The tensors a call of the tables writes: an in-place method's ``self``, an ``inplace=True``
+    call's input, a batch norm's running statistics in training, an embedding's weight it renormalises."""
+    if "out" in kwargs:
+        raise _NotTaken("a call that writes an out= argument")
+    if name is not None and ((name.endswith("_") and not name.startswith("__")) or name in ("__iadd__", "__imul__")):
+        return (args[0],)
+    flag = _INPLACE_FLAG.get(func)
+    if flag is not None:
+        return (args[0],) if _argument(args, kwargs, flag, "inplace") else ()
+    if func is F.batch_norm and _argument(args, kwargs, 5, "training"):
+        return tuple(tensor for tensor in (_argument(args, kwargs, 1, "running_mean"), _argument(args, kwargs, 2, "running_var")) if tensor is not None)
+    if func is F.embedding and _argument(args, kwargs, 3, "max_norm") is not None:
+        return (_argument(args, kwargs, 1, "weight"),)
+    return ()
+
+
+class _CallRecorder(TorchFunctionMode):
+    """Records the counted calls and the scopes calls ran in; raises :class:`_NotTaken` at any other
+    call. Hands the model's snapshot each tensor a call is about to write (``before_write``), so that
+    it copies values only where the forward writes them."""
+
+    def __init__(self, handles: Mapping[str, Any], ignored: Collection[str], before_write: Callable[[torch.Tensor], None]) -> None:
         super().__init__()
         self.handles = handles
         self.ignored = ignored
+        self.before_write = before_write
         self.paths = [""]
         self.records: list[tuple[str, EagerOpRecord]] = []
         self.ran_in: dict[str, None] = {}
@@ -262,6 +290,8 @@ class _CallRecorder(TorchFunctionMode):
             if not isinstance(self.handles.get(kind), ShapeFormula):
                 raise _NotTaken(f"{kind} has no shape formula here")
             values = arguments(*args, **kwargs)
+            for tensor in _written(func, None, args, kwargs):
+                self.before_write(tensor)
             output = func(*args, **kwargs)
             path = self.paths[-1]
             record = EagerOpRecord(kind, values, [_meta(output)], _argument_names(kind, len(values)), path.rpartition("/")[2])
@@ -276,6 +306,8 @@ class _CallRecorder(TorchFunctionMode):
             self.maybe_ran_in.add(self.paths[-1])
         elif kinds:
             self.ran_in[self.paths[-1]] = None
+        for tensor in _written(func, name, args, kwargs):
+            self.before_write(tensor)
         return func(*args, **kwargs)
 
 
@@ -357,7 +389,7 @@ def record_calls(
     if on_meta_copy:
         model, call, copies = empty_copy(model, call)
         names = {copies[module]: name for module, name in names.items()}
-    recorder, recording = _CallRecorder(handles, ignored), threading.get_ident()
+    recording = threading.get_ident()
 
     def enter(module: nn.Module, inputs: Any) -> None:
         if threading.get_ident() != recording:  # another thread's module
@@ -372,7 +404,11 @@ def record_calls(
             recorder.paths.pop()
 
     try:
-        with preserved(model), _as_under_the_tracer(recording), meta_kernels_for_tracing() if on_meta_copy else nullcontext(), torch.no_grad():
+        with (
+            preserved(model, values_on_write=True) as snapshot, _as_under_the_tracer(recording),
+            meta_kernels_for_tracing() if on_meta_copy else nullcontext(), torch.no_grad(),
+        ):
+            recorder = _CallRecorder(handles, ignored, snapshot.save_before_write)
             entering, leaving = register_module_forward_pre_hook(enter), register_module_forward_hook(leave)
             try:
                 with recorder:
