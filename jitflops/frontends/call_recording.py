@@ -137,7 +137,8 @@ how its arguments become that node's (in the order of the op's schema)."""
 
 SILENT: tuple[str, ...] = ()
 """The kinds of a call that records no node: the tracer reads it and moves on (``x.dim()``, a
-tensor's dtype or device, ``torch.tensor`` of data, which becomes a constant)."""
+tensor's dtype or device). ``torch.tensor`` of data records a constant, which is a node: its
+module is called."""
 
 _ELEMENTWISE = (
     "abs", "add", "add_", "ceil", "clamp", "cos", "div", "div_", "eq", "erf", "exp", "floor", "ge", "gelu", "gt", "isnan",
@@ -192,7 +193,7 @@ while a call it handles runs), so they are known by identity, not by name."""
 _BUILTINS = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType)
 
 
-def _free_call_name(func: Any, args: tuple) -> Optional[str]:
+def _free_call_name(func: Any) -> Optional[str]:
     """The name under which ``func`` may be in :data:`FREE_CALLS` (None: it is not a torch builtin)."""
     python = _PYTHON_FREE_CALLS.get(func)
     if python is not None:
@@ -298,7 +299,7 @@ class _CallRecorder(TorchFunctionMode):
             self.records.append((path, record))
             self.ran_in[path] = None
             return output
-        name = _free_call_name(func, args)
+        name = _free_call_name(func)
         kinds = FREE_CALLS.get(name) if name is not None else None
         if kinds is None or any((kind not in self.ignored or kind in self.handles) and not kind.startswith("prim::") for kind in kinds):
             raise _NotTaken(f"{getattr(func, '__qualname__', func)} is not a call whose nodes are known")
