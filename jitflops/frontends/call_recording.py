@@ -357,7 +357,11 @@ def _as_under_the_tracer(recording: int) -> Iterator[None]:
 
         return refusing
 
-    torch.jit.is_tracing, torch.autograd.Function.apply = is_tracing, classmethod(refused("custom autograd Function", apply.__func__))
+    def apply_to(cls: type, *args: Any, **kwargs: Any) -> Any:
+        """``Function.apply`` as torch defines it: a Python classmethod, or one of C++ (torch 2.14)."""
+        return apply.__get__(None, cls)(*args, **kwargs)
+
+    torch.jit.is_tracing, torch.autograd.Function.apply = is_tracing, classmethod(refused("custom autograd Function", apply_to))
     for kind, call in scripted:
         kind.__call__ = refused("scripted function", call)
     try:
