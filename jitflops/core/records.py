@@ -146,6 +146,13 @@ def _arg_names_by_arity(kind: str) -> dict[int, tuple[str, ...]]:
     return names
 
 
+def argument_names(kind: str, arity: int) -> Optional[tuple[str, ...]]:
+    """The argument names every overload of ``kind`` with ``arity`` arguments gives them; None where
+    those overloads name them differently, or none takes that many."""
+    names = _arg_names_by_arity(kind).get(arity, _SEVERAL)
+    return None if names is _SEVERAL else names
+
+
 def node_inputs(node: "torch._C.Node") -> list["torch._C.Value"]:
     """A JIT node's input values. Indexed, not iterated: the exhausted ``node.inputs()`` iterator
     costs pybind11 a C++ exception, about 8 µs a node, 60 times the cost of an indexed read."""
@@ -214,8 +221,8 @@ class JitOpRecord(OpRecord):
         if self._arg_names is None:
             if self._input_count is None:
                 self._input_count = self.node.inputsSize()
-            names = _arg_names_by_arity(self.kind).get(self._input_count, _SEVERAL)
-            self._arg_names = names if names is not _SEVERAL else _schema_arg_names(self.node.schema())
+            names = argument_names(self.kind, self._input_count)
+            self._arg_names = names if names is not None else _schema_arg_names(self.node.schema())
         return self._arg_names
 
     def jit_values(self) -> tuple[list["torch._C.Value"], list["torch._C.Value"]]:

@@ -380,15 +380,13 @@ class JitModelAnalysis:
         """The front end that recorded the ops: the one asked for, or the JIT's fallback
         (``"dispatch"``; ``"export"`` where torch has no JIT tracer): :attr:`fallback_reason`
         says why. Records the model on first use (a count read from the model's calls is the JIT's, no trace taken)."""
-        if self._trace is None and self._calls is None:
-            self.scoped_trace()
+        self._recorded()
         return self._counted_by or self._backend
 
     @property
     def fallback_reason(self) -> Optional[str]:
         """Why another front end counted a model the JIT was asked to (None: it did not)."""
-        if self._trace is None and self._calls is None:
-            self.scoped_trace()
+        self._recorded()
         return self._fallback
 
     def scoped_trace(self) -> OpSource:
@@ -496,6 +494,12 @@ class JitModelAnalysis:
         on_values = self._compute is None and computes_by_default(self._model, parameters, self._call, CALLS_COMPUTE_BELOW_WORK)
         on_meta_copy = not on_values and not holds_meta(parameters, self._call)  # a model on the meta device runs as it is
         return record_calls(self._model, self._call, self._aliases, self._op_handles, self._ignored_ops, on_meta_copy)
+
+    def _recorded(self) -> None:
+        """Record the model if no count has read it yet (a count read from its calls is the JIT's:
+        no trace is taken to say which front end counted)."""
+        if self._trace is None and self._calls is None:
+            self.scoped_trace()
 
     def _recording(self) -> OpSource:
         """What the counts were read from: the trace, or the calls where no trace was taken."""

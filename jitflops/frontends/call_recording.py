@@ -21,7 +21,6 @@ compares the two on every model of the zoo and traces each call of both tables.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import types
@@ -38,8 +37,9 @@ from torch.overrides import TorchFunctionMode
 
 from ..core.model_guard import preserved
 from ..core.model_io import ModelCall
-from ..core.records import EagerOpRecord, TensorMeta
+from ..core.records import EagerOpRecord, TensorMeta, argument_names
 from ..handles.registry import ShapeFormula
+from .dispatch_trace import DispatchTrace
 from .jit_fallback import is_compiled
 from .meta_values import call_blocker, empty_copy, meta_kernels_for_tracing, module_blocker
 
@@ -206,41 +206,16 @@ def _free_call_name(func: Any) -> Optional[str]:
     return None
 
 
-@functools.lru_cache(maxsize=None)
-def _argument_names(kind: str, arity: int) -> tuple[str, ...]:
-    schema = next(s for s in torch._C._jit_get_schemas_for_operator(kind) if len(s.arguments) == arity)
-    return tuple(argument.name for argument in schema.arguments)
-
-
 @dataclass(frozen=True)
-class CallTrace:
-    """The counted calls of one forward, each with its full scope path, and every scope in which a
-    call recorded a node: an op source for the engine, with the JIT trace's records and scopes."""
+class CallTrace(DispatchTrace):
+    """The counted calls of one forward, each with its full scope path, as the dispatch front end
+    keeps its ops, and every scope in which a call recorded a node: a call the count ignores still
+    says that its module ran, as the JIT trace's node does."""
 
-    records: tuple[tuple[str, EagerOpRecord], ...]
-    ran_in: tuple[str, ...]
-
-    def operations(self) -> Iterator[tuple[str, tuple[str, EagerOpRecord]]]:
-        return ((record.kind, (path, record)) for path, record in self.records)
-
-    @staticmethod
-    def scope_of(item: tuple[str, EagerOpRecord]) -> str:
-        return item[0]
-
-    @staticmethod
-    def record(item: tuple[str, EagerOpRecord], kind: str, module: str) -> EagerOpRecord:
-        return item[1]
+    ran_in: tuple[str, ...] = ()
 
     def scopes(self) -> Iterator[str]:
         return iter(self.ran_in)
-
-    @staticmethod
-    def parts(item: tuple[str, EagerOpRecord]) -> tuple[()]:
-        return ()
-
-    @staticmethod
-    def replay_warnings(mode: str) -> None:
-        """No tracer ran: nothing to show again."""
 
 
 _INPLACE_FLAG: dict[Callable[..., Any], int] = {F.hardtanh: 3, F.relu: 1, F.silu: 1, F.dropout: 3}
@@ -291,11 +266,14 @@ class _CallRecorder(TorchFunctionMode):
             if not isinstance(self.handles.get(kind), ShapeFormula):
                 raise _NotTaken(f"{kind} has no shape formula here")
             values = arguments(*args, **kwargs)
+            names = argument_names(kind, len(values))
+            if names is None:
+                raise _NotTaken(f"{kind}'s overloads of {len(values)} arguments name them differently")
             for tensor in _written(func, None, args, kwargs):
                 self.before_write(tensor)
             output = func(*args, **kwargs)
             path = self.paths[-1]
-            record = EagerOpRecord(kind, values, [_meta(output)], _argument_names(kind, len(values)), path.rpartition("/")[2])
+            record = EagerOpRecord(kind, values, [_meta(output)], names, path.rpartition("/")[2])
             self.records.append((path, record))
             self.ran_in[path] = None
             return output
