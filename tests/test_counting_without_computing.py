@@ -175,17 +175,35 @@ def test_the_model_stays_usable_by_other_threads_while_it_is_counted():
     ("gelu", (torch.randn(2, 3, 4),)),
     ("hardswish", (torch.randn(2, 3, 4),)),
     ("hardsigmoid_", (torch.randn(2, 3, 4),)),
+    *[("convolution", (torch.randn(2, 4, 9, 9), torch.randn(6, 2, 3, 3), bias, [2, 1], [1, 0], [1, 2], False, [0, 0], 2)) for bias in (None, torch.randn(6))],
+    ("convolution", (torch.randn(2, 4, 9), torch.randn(4, 1, 5), None, [1], [2], [1], False, [0], 4)),
+    ("convolution", (torch.randn(2, 4, 5, 5), torch.randn(4, 3, 3, 3), None, [2, 2], [1, 1], [1, 1], True, [1, 1], 1)),
+    *[(f"{op}.Tensor", (torch.randn(2, 3, 4, dtype=dtype), other))
+      for op in ("add", "sub", "mul") for dtype in (torch.float32, torch.bfloat16)
+      for other in (torch.randn(2, 3, 4, dtype=dtype), torch.tensor(2.5, dtype=torch.float64), torch.tensor(3), torch.randn(4))],
+    ("add.Tensor", (torch.randint(5, (2, 3)), torch.randint(5, (2, 3)))),
+    ("mul.Tensor", (torch.randn(2, 3), torch.randn(2, 3, dtype=torch.float64))),
+    ("mul.Tensor", (torch.randn(3, 2).t(), torch.randn(2, 3))),
+    ("tril", (torch.randn(3, 4, 5),)),
+    ("mean.dim", (torch.randn(2, 8, 5, 5), [-1, -2], True)),
+    ("mean.dim", (torch.randn(2, 8, 5), [1])),
+    ("mean.dim", (torch.randn(2, 8, 5, dtype=torch.bfloat16), [0, 2])),
+    ("mean.dim", (torch.randn(4, 3), [])),
+    ("triu", (torch.randn(4, 4), 1)),
 ])
 def test_jitflops_meta_kernels_give_what_the_cpu_kernels_give(name, args):
     """The meta kernels of a meta trace stand in for the CPU kernels a trace on real values runs:
-    the same shapes and dtypes."""
+    the same shapes and dtypes (and layout, where a later view depends on it). A 0-dim tensor stays
+    on the CPU, as a number does when torch passes it to a kernel."""
     from jitflops.frontends.meta_values import TRACING_META_KERNELS
 
-    on_meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
-    theirs = getattr(torch.ops.aten, name).default(*args)
+    on_meta = [a.to("meta") if isinstance(a, torch.Tensor) and a.dim() else a for a in args]
+    op, _, overload = name.partition(".")
+    theirs = getattr(getattr(torch.ops.aten, op), overload or "default")(*args)
     ours = TRACING_META_KERNELS[name](*on_meta)
     for mine, real in zip(ours if isinstance(ours, tuple) else (ours,), theirs if isinstance(theirs, tuple) else (theirs,)):
         assert (mine.shape, mine.dtype, mine.device.type) == (real.shape, real.dtype, "meta")
+        assert mine.is_contiguous() == real.is_contiguous()
 
 
 def test_jitflops_meta_kernels_refuse_what_torch_refuses():
@@ -200,5 +218,15 @@ def test_jitflops_meta_kernels_refuse_what_torch_refuses():
         TRACING_META_KERNELS["_safe_softmax"](meta(2, 3), 2)
     with pytest.raises(RuntimeError, match="running_mean should contain 4 elements not 3"):
         TRACING_META_KERNELS["native_batch_norm"](meta(2, 4, 5), None, None, meta(3), meta(3), False, 0.1, 1e-5)
+    with pytest.raises(RuntimeError, match="Invalid channel dimensions"):  # the checks left to torch's meta kernel
+        TRACING_META_KERNELS["convolution"](meta(2, 4, 9, 9), meta(6, 3, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater than actual input size"):
+        TRACING_META_KERNELS["convolution"](meta(2, 4, 2, 2), meta(6, 4, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    with pytest.raises(RuntimeError, match="broadcast"):
+        TRACING_META_KERNELS["add.Tensor"](meta(2, 3), meta(2, 4))
+    with pytest.raises(IndexError):
+        TRACING_META_KERNELS["mean.dim"](meta(2, 3), [2])
+    with pytest.raises(RuntimeError, match="tril"):
+        TRACING_META_KERNELS["tril"](meta(5))
     with pytest.raises(RuntimeError, match="running_mean should contain 4 elements not 3"):  # torch's words (its composite batch_norm checks)
         torch.nn.functional.batch_norm(torch.randn(2, 4, 5), torch.zeros(3), torch.ones(3))
