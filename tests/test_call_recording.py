@@ -34,15 +34,11 @@ def _same_as_the_trace(model: nn.Module, args: Any, kwargs: Any = None) -> FlopC
     return from_calls
 
 
-TRACED = {"swin-t": "asked whether it is traced, its padding makes sizes tensors and reads one (`if pad_values[3] > 0`)"}
-"""Zoo models the JIT traces, and why."""
-
-
 @pytest.mark.parametrize("name", MODELS)
 def test_every_model_of_the_zoo_is_counted_from_its_calls_as_the_jit_counts_it(name: str) -> None:
     model, args, kwargs = {**ZOO, **BUILTIN_EXAMPLES}[name].instantiate()
     analysis = _same_as_the_trace(model.eval(), args, kwargs)
-    assert (analysis._trace is None) == (name not in TRACED), "counted from the calls, not traced"
+    assert analysis._trace is None, "counted from the calls, not traced"
 
 
 class _Only(nn.Module):
@@ -164,18 +160,49 @@ def test_a_module_with_hooks_is_traced() -> None:
         handle.remove()
 
 
-def test_python_that_reads_values_is_traced_and_warned_about_as_before() -> None:
-    class Branch(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = nn.Linear(8, 8)
+class _Branch(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.linear(x) if x.sum() > 0 else x
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) if x.sum() > 0 else x
 
+
+@pytest.mark.parametrize("width", [8, 1024], ids=["on its values", "on a meta copy"])
+def test_python_that_reads_the_inputs_values_is_traced_and_warned_about_as_before(width: int) -> None:
     with pytest.warns(Warning, match="control flow depends on tensor values"):
-        analysis = _counts(Branch(), (torch.ones(2, 8),))
-    assert analysis._trace is not None and analysis.total() == 2 * 8 * 8
+        analysis = _counts(_Branch(width), (torch.ones(128, width),))
+    assert analysis._trace is not None and analysis.total() == 128 * width * width
+
+
+class _Windows(nn.Module):
+    """As transformers' Swin when it is traced: a window size made a tensor of constants, and padding
+    sizes computed from it and read (``if pad_values[3] > 0``, ``int(...)``)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        window = torch.min(torch.tensor([7, 9])) if torch.jit.is_tracing() else 7
+        pad = (window - x.shape[0] % window) % window
+        if pad > 0:
+            x = torch.nn.functional.pad(x, (0, 0, 0, int(pad)))
+        return self.linear(x).view(-1, window, x.shape[-1])
+
+
+def test_a_value_made_of_constants_is_read_on_a_meta_copy_as_the_trace_reads_it() -> None:
+    """On a meta copy every tensor of the inputs and parameters is meta: one with values was made of
+    constants and sizes, so reading it is shape arithmetic, taken (125 rows padded to 126)."""
+    analysis = _same_as_the_trace(_Windows(1024), (torch.randn(125, 1024),))
+    assert analysis._trace is None and analysis.total() == 126 * 1024 * 1024
+
+
+def test_a_value_read_on_the_models_own_values_is_traced() -> None:
+    """On its own values (a small call) a value read may be the inputs' data: the trace tells."""
+    analysis = _same_as_the_trace(_Windows(8), (torch.randn(12, 8),))
+    assert analysis._trace is not None and analysis.total() == 14 * 8 * 8
 
 
 def test_a_counted_call_gives_the_node_the_tracer_records() -> None:

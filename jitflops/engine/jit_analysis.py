@@ -25,7 +25,7 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from .counting import OpCount, Statistics, module_aliases, statistics_of
 from ..frontends.call_recording import record_calls
-from ..frontends.meta_values import CALLS_COMPUTE_BELOW_WORK, computes_by_default, holds_meta
+from ..frontends.meta_values import CALLS_COMPUTE_BELOW_WORK, CALLS_PIXELS_PER_TOKEN, computes_by_default, holds_meta
 from ..frontends.dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from ..core.errors import JitFallbackWarning, JitflopsError
 from ..frontends.program_source import ProgramSource, is_program_source
@@ -491,7 +491,7 @@ class JitModelAnalysis:
         ):
             return None
         parameters = list(self._model.parameters())
-        on_values = self._compute is None and computes_by_default(self._model, parameters, self._call, CALLS_COMPUTE_BELOW_WORK)
+        on_values = self._compute is None and computes_by_default(self._model, parameters, self._call, CALLS_COMPUTE_BELOW_WORK, CALLS_PIXELS_PER_TOKEN)
         on_meta_copy = not on_values and not holds_meta(parameters, self._call)  # a model on the meta device runs as it is
         return record_calls(self._model, self._call, self._aliases, self._op_handles, self._ignored_ops, on_meta_copy)
 

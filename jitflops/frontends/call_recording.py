@@ -12,10 +12,11 @@ walked from the whole Python stack for every node, constants included).
 
 Only calls whose nodes are known are taken: :data:`COUNTED_CALLS` (with how a call's arguments
 become its node's) and :data:`FREE_CALLS` (the ops each records, which the count must ignore).
-Anything else (another call, reading a tensor's value, an op the analysis counts without a shape
-formula or does not know, a module hook, a module the analysis has no name for, a custom autograd
-Function, a scripted function) ends the recording with None, and the JIT traces the model as before: it alone warns of
-control flow that depends on values, and records what it alone records. ``tests/test_call_recording.py``
+Anything else ends the recording with None, and the JIT traces the model as before: another call;
+reading a tensor's value where it may be the inputs' data (:data:`VALUE_READS`); an op the analysis
+counts without a shape formula or does not know; a module hook; a module the analysis has no name
+for; a custom autograd Function; a scripted function. The JIT alone warns of control flow that
+depends on values, and records what it alone records. ``tests/test_call_recording.py``
 compares the two on every model of the zoo and traces each call of both tables.
 """
 
@@ -35,7 +36,7 @@ from torch.nn.modules import module as module_globals
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 
-from ..core.model_guard import preserved
+from ..core.model_guard import preserved, preserved_through_copy
 from ..core.model_io import ModelCall
 from ..core.records import EagerOpRecord, TensorMeta, argument_names
 from ..handles.registry import ShapeFormula
@@ -177,6 +178,16 @@ operator), with the kinds of the nodes the tracer records for them (none: :data:
 call is taken only where each kind is one the analysis ignores (``prim::`` nodes are no ops: a
 tensor made of data is a constant)."""
 
+VALUE_READS = frozenset({"__bool__", "__int__", "__index__", "__float__", "item", "tolist"})
+"""Calls that turn a tensor's values into Python values: the tracer records no node for them (the
+value is a constant of the trace; an op that takes the tensor itself records ``aten::Int`` where it
+is, beside its own node). They are taken only on a meta copy of the model, and only of a tensor that
+is not meta: there every tensor made from the model's inputs and parameters is meta, so a tensor
+with values was made of constants and sizes in the forward (``torch.tensor(input_resolution)``,
+which transformers' Swin makes when it is traced), and reading it is shape arithmetic, which the
+trace follows without a warning. Elsewhere a value may come from the inputs' data, which only the
+trace tells apart (:mod:`jitflops.frontends.data_dependence`)."""
+
 DROPPED_WHEN_UNUSED = frozenset({"size", "shape", "numel", "split", "chunk", "unbind"})
 """Calls that give sizes or lists of tensors: the trace keeps their nodes only where what they give
 is used, so where a module and the modules inside it ran nothing else, whether the JIT finds it
@@ -218,76 +229,153 @@ class CallTrace(DispatchTrace):
         return iter(self.ran_in)
 
 
-_INPLACE_FLAG: dict[Callable[..., Any], int] = {F.hardtanh: 3, F.relu: 1, F.silu: 1, F.dropout: 3}
-"""Free calls that write their input where their ``inplace`` argument (at that place) is set."""
-
-
 def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
     return args[index] if len(args) > index else kwargs.get(name)
 
 
-def _written(func: Any, name: Optional[str], args: tuple, kwargs: dict) -> tuple[Any, ...]:
-    """The tensors a call of the tables writes: an in-place method's ``self``, an ``inplace=True``
-    call's input, a batch norm's running statistics in training, an embedding's weight it renormalises."""
-    if "out" in kwargs:
-        raise _NotTaken("a call that writes an out= argument")
+Writer = Callable[[tuple, dict], tuple[Any, ...]]
+"""The tensors a call is about to write, from its arguments."""
+
+
+def _self_written(args: tuple, kwargs: dict) -> tuple[Any, ...]:
+    return (args[0],)
+
+
+def _input_if_inplace(index: int) -> Writer:
+    def written(args: tuple, kwargs: dict) -> tuple[Any, ...]:
+        return (args[0],) if _argument(args, kwargs, index, "inplace") else ()
+
+    return written
+
+
+def _running_statistics(args: tuple, kwargs: dict) -> tuple[Any, ...]:
+    if not _argument(args, kwargs, 5, "training"):
+        return ()
+    return tuple(tensor for tensor in (_argument(args, kwargs, 1, "running_mean"), _argument(args, kwargs, 2, "running_var")) if tensor is not None)
+
+
+def _renormalised_weight(args: tuple, kwargs: dict) -> tuple[Any, ...]:
+    return (_argument(args, kwargs, 1, "weight"),) if _argument(args, kwargs, 3, "max_norm") is not None else ()
+
+
+_WRITERS: dict[Callable[..., Any], Writer] = {
+    F.hardtanh: _input_if_inplace(3), F.relu: _input_if_inplace(1), F.silu: _input_if_inplace(1), F.dropout: _input_if_inplace(3),
+    F.batch_norm: _running_statistics, F.embedding: _renormalised_weight,
+}
+"""Calls of the tables that write a tensor they are given: where ``inplace`` is set, a batch norm's
+running statistics in training, an embedding's weight it renormalises (``max_norm``)."""
+
+
+def _writer(func: Any, name: Optional[str]) -> Optional[Writer]:
+    """What a call of ``func`` (of the free name ``name``) writes: an in-place method's ``self``, or
+    what :data:`_WRITERS` says; None: nothing."""
     if name is not None and ((name.endswith("_") and not name.startswith("__")) or name in ("__iadd__", "__imul__")):
-        return (args[0],)
-    flag = _INPLACE_FLAG.get(func)
-    if flag is not None:
-        return (args[0],) if _argument(args, kwargs, flag, "inplace") else ()
-    if func is F.batch_norm and _argument(args, kwargs, 5, "training"):
-        return tuple(tensor for tensor in (_argument(args, kwargs, 1, "running_mean"), _argument(args, kwargs, 2, "running_var")) if tensor is not None)
-    if func is F.embedding and _argument(args, kwargs, 3, "max_norm") is not None:
-        return (_argument(args, kwargs, 1, "weight"),)
-    return ()
+        return _self_written
+    return _WRITERS.get(func)
+
+
+Handler = Callable[["_CallRecorder", tuple, dict], Any]
+"""How the recorder takes a call of one function: it runs it (and records it) or raises :class:`_NotTaken`.
+Given the recorder, not holding it: a recorder holding closures over itself would be a reference
+cycle, and would keep the model's snapshot (and a meta copy of the model) until Python's cyclic
+collector ran."""
+
+
+def _counted(func: Any, kind: str, arguments: Callable[..., list[Any]], writer: Optional[Writer]) -> Handler:
+    """A counted call: recorded as the node the tracer records for it."""
+
+    def counted(recorder: _CallRecorder, args: tuple, kwargs: dict) -> Any:
+        values = arguments(*args, **kwargs)
+        names = argument_names(kind, len(values))
+        if names is None:
+            raise _NotTaken(f"{kind}'s overloads of {len(values)} arguments name them differently")
+        if writer is not None:
+            for tensor in writer(args, kwargs):
+                recorder.before_write(tensor)
+        output = func(*args, **kwargs)
+        path = recorder.paths[-1]
+        recorder.records.append((path, EagerOpRecord(kind, values, [_meta(output)], names, path.rpartition("/")[2])))
+        recorder.ran_in[path] = None
+        return output
+
+    return counted
+
+
+def _value_read(func: Any, name: str) -> Handler:
+    """A read of a tensor's values: taken only of a tensor of constants (:data:`VALUE_READS`)."""
+
+    def read(recorder: _CallRecorder, args: tuple, kwargs: dict) -> Any:
+        if not recorder.on_meta_copy or args[0].is_meta:
+            raise _NotTaken(f"{name} reads a tensor's values, which may be the inputs' data")
+        return func(*args, **kwargs)
+
+    return read
+
+
+def _free(func: Any, writer: Optional[Writer], dropped_when_unused: bool, records_nodes: bool) -> Handler:
+    """A call the count ignores: it says only that its module ran (where it records a node)."""
+
+    def free(recorder: _CallRecorder, args: tuple, kwargs: dict) -> Any:
+        if dropped_when_unused:
+            recorder.maybe_ran_in.add(recorder.paths[-1])
+        elif records_nodes:
+            recorder.ran_in[recorder.paths[-1]] = None
+        if writer is not None:
+            for tensor in writer(args, kwargs):
+                recorder.before_write(tensor)
+        return func(*args, **kwargs)
+
+    return free
+
+
+def _refusal(reason: str) -> Handler:
+    def refuse(recorder: _CallRecorder, args: tuple, kwargs: dict) -> Any:
+        raise _NotTaken(reason)
+
+    return refuse
 
 
 class _CallRecorder(TorchFunctionMode):
     """Records the counted calls and the scopes calls ran in; raises :class:`_NotTaken` at any other
     call. Hands the model's snapshot each tensor a call is about to write (``before_write``), so that
-    it copies values only where the forward writes them."""
+    it copies values only where the forward writes them. What to do with a function is decided at its
+    first call (:meth:`_handler`) and kept: a forward calls a few functions many times."""
 
-    def __init__(self, handles: Mapping[str, Any], ignored: Collection[str], before_write: Callable[[torch.Tensor], None]) -> None:
+    def __init__(self, handles: Mapping[str, Any], ignored: Collection[str], before_write: Callable[[torch.Tensor], None], on_meta_copy: bool) -> None:
         super().__init__()
         self.handles = handles
         self.ignored = ignored
         self.before_write = before_write
+        self.on_meta_copy = on_meta_copy
         self.paths = [""]
         self.records: list[tuple[str, EagerOpRecord]] = []
         self.ran_in: dict[str, None] = {}
         self.maybe_ran_in: set[str] = set()
+        self._handlers: dict[Any, Handler] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
+        if "out" in kwargs:
+            raise _NotTaken("a call that writes an out= argument")
+        handler = self._handlers.get(func)
+        if handler is None:
+            handler = self._handlers[func] = self._handler(func)
+        return handler(self, args, kwargs)
+
+    def _handler(self, func: Any) -> Handler:
         rule = COUNTED_CALLS.get(func)
         if rule is not None:
             kind, arguments = rule
             if not isinstance(self.handles.get(kind), ShapeFormula):
-                raise _NotTaken(f"{kind} has no shape formula here")
-            values = arguments(*args, **kwargs)
-            names = argument_names(kind, len(values))
-            if names is None:
-                raise _NotTaken(f"{kind}'s overloads of {len(values)} arguments name them differently")
-            for tensor in _written(func, None, args, kwargs):
-                self.before_write(tensor)
-            output = func(*args, **kwargs)
-            path = self.paths[-1]
-            record = EagerOpRecord(kind, values, [_meta(output)], names, path.rpartition("/")[2])
-            self.records.append((path, record))
-            self.ran_in[path] = None
-            return output
+                return _refusal(f"{kind} has no shape formula here")
+            return _counted(func, kind, arguments, _writer(func, None))
         name = _free_call_name(func)
+        if name in VALUE_READS:
+            return _value_read(func, name)
         kinds = FREE_CALLS.get(name) if name is not None else None
         if kinds is None or any((kind not in self.ignored or kind in self.handles) and not kind.startswith("prim::") for kind in kinds):
-            raise _NotTaken(f"{getattr(func, '__qualname__', func)} is not a call whose nodes are known")
-        if name in DROPPED_WHEN_UNUSED:
-            self.maybe_ran_in.add(self.paths[-1])
-        elif kinds:
-            self.ran_in[self.paths[-1]] = None
-        for tensor in _written(func, name, args, kwargs):
-            self.before_write(tensor)
-        return func(*args, **kwargs)
+            return _refusal(f"{getattr(func, '__qualname__', func)} is not a call whose nodes are known")
+        return _free(func, _writer(func, name), name in DROPPED_WHEN_UNUSED, bool(kinds))
 
 
 def _not_taken_before(model: nn.Module, call: ModelCall, names: Mapping[nn.Module, str]) -> Optional[str]:
@@ -388,10 +476,10 @@ def record_calls(
 
     try:
         with (
-            preserved(model, values_on_write=True) as snapshot, _as_under_the_tracer(recording),
+            preserved_through_copy(model) if on_meta_copy else preserved(model, values_on_write=True) as snapshot, _as_under_the_tracer(recording),
             meta_kernels_for_tracing() if on_meta_copy else nullcontext(), torch.no_grad(),
         ):
-            recorder = _CallRecorder(handles, ignored, snapshot.save_before_write)
+            recorder = _CallRecorder(handles, ignored, snapshot.save_before_write, on_meta_copy)
             entering, leaving = register_module_forward_pre_hook(enter), register_module_forward_hook(leave)
             try:
                 with recorder:
