@@ -503,6 +503,7 @@ def search_space(candidates: int = 1000) -> dict[str, Any]:
     results: dict[str, Any] = {"candidates": candidates, "counts_per_second": {}, "failed": {}}
     for tool in ("jitflops", "dispatch", "export", "FCM fake", *PEERS):
         totals = []
+        gc.collect()  # the models just built, and the tool before's garbage: collected before each tool, not in the first one's time
         start = time.perf_counter()
         try:
             with contextlib.redirect_stdout(io.StringIO()):

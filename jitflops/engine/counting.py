@@ -22,7 +22,7 @@ from torch import nn
 
 from ..core.errors import HandleError, JitflopsError
 from ..handles import Handle, ShapeFormula
-from ..handles.registry import as_counter
+from ..handles.registry import as_counter, counter_of
 from ..core.op_source import OpSource
 from ..core.records import FORWARD, RECOMPUTE, JitOpRecord, OpRecord
 
@@ -72,7 +72,7 @@ def _add_into(totals: dict[str, typing.Counter[str]], name: str, ops: Mapping[st
     generic checks cost more than the sum, once per module and scope)."""
     total = totals.get(name)
     if total is None:
-        totals[name] = Counter(ops)
+        totals[name] = counter_of(ops)
         return
     for key, value in ops.items():
         total[key] += value

@@ -19,7 +19,7 @@ import typing
 from collections import Counter
 from dataclasses import dataclass
 from numbers import Number
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 from ..core.records import JitOpRecord, OpRecord
 
@@ -99,6 +99,14 @@ def short_op_name(kind: str) -> str:
     return rest if sep else kind
 
 
+def counter_of(counts: Mapping[str, Any]) -> typing.Counter[str]:
+    """``Counter(counts)``, made as a dict is: ``Counter``'s constructor runs its generic ``update`` in
+    Python, which cost a fifth of a small model's aggregation (a Counter per op and per module)."""
+    counter: typing.Counter[str] = dict.__new__(Counter)
+    dict.update(counter, counts)
+    return counter
+
+
 def as_counter(kind: str, handle: Handle, result: Any) -> typing.Counter[str]:
     key = handle.key if isinstance(handle, ShapeFormula) and handle.key else short_op_name(kind)
-    return Counter({key: result})
+    return counter_of({key: result})
