@@ -201,10 +201,11 @@ def _arithmetic(ref: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]
     tensor of the same shape, dtype and layout (a residual connection), or a number (a 0-dim tensor
     on the CPU, as torch passes a Python number): its output is shaped as the first. Other operands
     go to torch's own meta kernel, the Python reference ``ref``, which broadcasts and promotes (about
-    60 us a call: half of a small CNN's forward on meta values)."""
+    60 us a call: half of a small CNN's forward on meta values); so do Python numbers, which torch's
+    Python dispatcher passes as they are (``rsub``'s reference under a ``FakeTensorMode``)."""
 
-    def kernel(self: torch.Tensor, other: Any, **kwargs: Any) -> torch.Tensor:
-        if isinstance(other, torch.Tensor) and self.is_floating_point() and self.is_contiguous() and (
+    def kernel(self: Any, other: Any, **kwargs: Any) -> torch.Tensor:
+        if isinstance(self, torch.Tensor) and isinstance(other, torch.Tensor) and self.is_floating_point() and self.is_contiguous() and (
             (self.shape == other.shape and self.dtype == other.dtype and other.is_contiguous())
             or (other.dim() == 0 and not other.is_complex() and not other.is_meta)  # a number: the floating tensor's dtype wins
         ):
