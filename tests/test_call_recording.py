@@ -247,3 +247,12 @@ def test_a_training_forward_that_writes_its_buffers_leaves_the_model_as_it_was()
         analysis = _same_as_the_trace(model, (torch.randn(2, 3, 8, 8),))
     assert analysis._trace is None
     assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+
+
+def test_a_model_that_refuses_copies_is_traced() -> None:
+    """A parametrized module (weight norm, as transformers' VITS has) raises on ``copy.copy``: a count
+    that would read a meta copy's calls traces it instead, with the trace's count."""
+    model = nn.Sequential(nn.Conv2d(64, 64, 3), nn.ReLU())
+    model[0] = nn.utils.parametrizations.weight_norm(model[0])
+    analysis = _counts(model, (torch.randn(1, 64, 64, 64),))  # 1.5e8 parameter-pixels: a meta copy
+    assert analysis._trace is not None and analysis.total() == 64 * 64 * 9 * 62 * 62

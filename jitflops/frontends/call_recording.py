@@ -458,7 +458,11 @@ def record_calls(
         logger.debug("traced: %s", reason)
         return None
     if on_meta_copy:
-        model, call, copies = empty_copy(model, call)
+        try:
+            model, call, copies = empty_copy(model, call)
+        except Exception as error:  # a module that refuses copies (a parametrized one): the JIT traces it
+            logger.debug("traced: the model could not be copied: %s", error)
+            return None
         names = {copies[module]: name for module, name in names.items()}
     recording = threading.get_ident()
 
