@@ -302,11 +302,12 @@ def _counted(func: Any, kind: str, arguments: Callable[..., list[Any]], writer: 
 
 
 def _value_read(func: Any, name: str) -> Handler:
-    """A read of a tensor's values: taken only of a tensor of constants (:data:`VALUE_READS`)."""
+    """A read of a tensor's values on a meta copy: taken only of a tensor of constants, one that is
+    not meta (:data:`VALUE_READS`)."""
 
     def read(recorder: _CallRecorder, args: tuple, kwargs: dict) -> Any:
-        if not recorder.on_meta_copy or args[0].is_meta:
-            raise _NotTaken(f"{name} reads a tensor's values, which may be the inputs' data")
+        if args[0].is_meta:
+            raise _NotTaken(f"{name} reads a meta tensor's values, which may be the inputs' data")
         return func(*args, **kwargs)
 
     return read
@@ -371,7 +372,7 @@ class _CallRecorder(TorchFunctionMode):
             return _counted(func, kind, arguments, _writer(func, None))
         name = _free_call_name(func)
         if name in VALUE_READS:
-            return _value_read(func, name)
+            return _value_read(func, name) if self.on_meta_copy else _refusal(f"{name} reads a tensor's values, which may be the inputs' data")
         kinds = FREE_CALLS.get(name) if name is not None else None
         if kinds is None or any((kind not in self.ignored or kind in self.handles) and not kind.startswith("prim::") for kind in kinds):
             return _refusal(f"{getattr(func, '__qualname__', func)} is not a call whose nodes are known")
@@ -457,13 +458,6 @@ def record_calls(
     if reason is not None:
         logger.debug("traced: %s", reason)
         return None
-    if on_meta_copy:
-        try:
-            model, call, copies = empty_copy(model, call)
-        except Exception as error:  # a module that refuses copies (a parametrized one): the JIT traces it
-            logger.debug("traced: the model could not be copied: %s", error)
-            return None
-        names = {copies[module]: name for module, name in names.items()}
     recording = threading.get_ident()
 
     def enter(module: nn.Module, inputs: Any) -> None:
@@ -479,6 +473,9 @@ def record_calls(
             recorder.paths.pop()
 
     try:
+        if on_meta_copy:  # a module that refuses copies (a parametrized one) is traced, as any failure here
+            model, call, copies = empty_copy(model, call)
+            names = {copies[module]: name for module, name in names.items()}
         with (
             preserved_through_copy(model) if on_meta_copy else preserved(model, values_on_write=True) as snapshot, _as_under_the_tracer(recording),
             meta_kernels_for_tracing() if on_meta_copy else nullcontext(), torch.no_grad(),

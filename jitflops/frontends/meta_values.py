@@ -368,10 +368,11 @@ def _module_copy(module: nn.Module) -> nn.Module:
     return twin
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=256)
 def _copies_as_module(cls: type) -> bool:
     """Whether ``copy.copy`` copies a ``cls`` as it copies any ``nn.Module``: ``cls.__new__`` given the
-    module's ``__getstate__`` (no copy hooks, reduction or constructor arguments of its own)."""
+    module's ``__getstate__`` (no copy hooks, reduction or constructor arguments of its own). Kept
+    for a bounded number of classes: some are made per module (a parametrized module's)."""
     return (
         cls.__reduce_ex__ is object.__reduce_ex__ and cls.__reduce__ is object.__reduce__ and cls.__getstate__ is nn.Module.__getstate__
         and not hasattr(cls, "__copy__") and not hasattr(cls, "__getnewargs_ex__") and not hasattr(cls, "__getnewargs__")
