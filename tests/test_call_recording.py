@@ -75,6 +75,8 @@ SAMPLE_CALLS: dict[str, Callable[[torch.Tensor], Any]] = {
     "__rsub__": lambda x: 1 - x, "__mul__": lambda x: x * 2, "__rmul__": lambda x: 2 * x, "__imul__": _inplace("__imul__", 2),
     "__truediv__": lambda x: x / 2, "__rtruediv__": lambda x: 2 / x, "__floordiv__": lambda x: x // 2, "__rfloordiv__": lambda x: 2 // x, "__mod__": lambda x: x % 2,
     "__rmod__": lambda x: 2 % x, "__pow__": lambda x: x**2, "__neg__": lambda x: -x, "__eq__": lambda x: x == 0,
+    "__and__": lambda x: (x > 0) & (x < 1), "__or__": lambda x: (x > 0) | (x < 1), "__invert__": lambda x: ~(x > 0),
+    "diff": lambda x: torch.diff(x, dim=1), "ndim": lambda x: x.ndim,
     "__ne__": lambda x: x != 0, "__lt__": lambda x: x < 0, "__le__": lambda x: x <= 0, "__gt__": lambda x: x > 0,
     "remainder": lambda x: x.remainder(2), "floor_divide": lambda x: x.floor_divide(2), "reciprocal": lambda x: x.reciprocal(),
     "__ge__": lambda x: x >= 0, "__getitem__": lambda x: x[:, 1:], "index": lambda x: x[torch.tensor([0])],
@@ -105,6 +107,7 @@ SAMPLE_CALLS: dict[str, Callable[[torch.Tensor], Any]] = {
     "tensor": lambda x: torch.tensor([1.0, 2.0]), "dropout": lambda x: torch.nn.functional.dropout(x, 0.1, training=False),
     "embedding": lambda x: torch.nn.functional.embedding(torch.tensor([0, 1]), x), "pad": lambda x: torch.nn.functional.pad(x, (1, 1)),
     "hardtanh": lambda x: torch.nn.functional.hardtanh(x), "silu": lambda x: torch.nn.functional.silu(x),
+    "cross_entropy": lambda x: torch.nn.functional.cross_entropy(x, torch.zeros(2, dtype=torch.long)),
 }
 """A call of each name of :data:`FREE_CALLS` (and indexing by a tensor), with nothing else where it can be."""
 
@@ -125,7 +128,7 @@ def test_every_free_call_records_what_the_jit_records_and_no_count() -> None:
     analysis = _same_as_the_trace(_Calls(_named(calls)), (torch.randn(2, 8),))
     assert analysis._trace is None and analysis.total() == 2 * 8 * 8 and analysis.unsupported_ops() == {}
     silent = {name for name, kinds in FREE_CALLS.items() if kinds is SILENT}
-    assert silent == {"dim", "dtype", "device"}
+    assert silent == {"dim", "ndim", "dtype", "device"}
     assert analysis.uncalled_modules() == {f"calls.call{name}" for name in silent}
 
 
@@ -134,6 +137,34 @@ def test_a_module_whose_nodes_the_trace_may_drop_is_traced(name: str) -> None:
     """The JIT drops an unused size's or split's node: whether the module was called is the trace's to say."""
     analysis = _same_as_the_trace(_Calls(_named({name: SAMPLE_CALLS[name]})), (torch.randn(2, 8),))
     assert analysis._trace is not None
+
+
+def _causal_lm(family: str, width: int) -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    if family == "gpt2":
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=width, n_head=4, vocab_size=1000)).eval()
+    config = transformers.LlamaConfig(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=1000)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+USUAL_KWARGS: dict[str, Callable[[torch.Tensor], dict[str, Any]]] = {
+    "use_cache=False": lambda ids: {"use_cache": False},
+    "an all-ones attention_mask": lambda ids: {"attention_mask": torch.ones_like(ids)},
+    "labels": lambda ids: {"labels": ids},
+}
+"""What users pass to a causal language model besides its tokens. transformers' mask code reads a
+padding mask's values (and searches packed sequences) only when not traced: the calls take the
+trace's path (:mod:`jitflops.frontends.traced_path`)."""
+
+
+@pytest.mark.parametrize("kwargs", USUAL_KWARGS)
+@pytest.mark.parametrize("width", [64, 512], ids=["on its values", "on a meta copy"])
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_causal_lm_called_with_the_usual_keyword_arguments_is_counted_from_its_calls(family: str, width: int, kwargs: str) -> None:
+    ids = torch.randint(0, 1000, (1, 128))
+    analysis = _same_as_the_trace(_causal_lm(family, width), (ids,), USUAL_KWARGS[kwargs](ids))
+    assert analysis._trace is None, "counted from the calls, not traced"
 
 
 def test_a_call_outside_the_tables_is_traced_with_the_same_count() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import resource
 
 import pytest
+import torch
 
 from jitflops import FlopCountAnalysis
 from jitflops.examples import ZOO
@@ -50,3 +51,91 @@ def test_a_meta_trace_leaves_fake_tensor_convolutions_working():
         model(*args, **kwargs)
     measured = next(peak["Total"] for where, peak in tracker.get_tracker_snapshot("peak").items() if where.type == "cpu")
     assert estimate == measured + sum(t.untyped_storage().nbytes() for t in args)
+
+
+def _meta_causal_lm(model_type: str, dtype: torch.dtype = torch.float32, **sizes: int) -> torch.nn.Module:
+    """A transformers causal language model of ``sizes``, built on the meta device (no memory)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(model_type, **sizes)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+
+
+def _calls(tokens: int) -> dict[str, dict[str, object]]:
+    """The calls users make, on meta inputs: the tokens alone, and with what a training or an
+    evaluation loop passes (transformers' mask code takes another path for each)."""
+    ids = torch.zeros(1, tokens, dtype=torch.long, device="meta")
+    return {
+        "the tokens alone": {"input_ids": ids},
+        "use_cache=False": {"input_ids": ids, "use_cache": False},
+        "an all-ones attention_mask": {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+        "labels": {"input_ids": ids, "labels": ids},
+    }
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> torch.nn.Module:
+    return _meta_causal_lm("gpt2", n_positions=8192)
+
+
+@pytest.mark.parametrize("call", list(_calls(1)))
+@pytest.mark.parametrize("tokens", [1024, 8192])
+def test_gpt2_on_meta_with_the_usual_calls_matches_megatrons_forward_formula(gpt2, tokens, call):
+    """GPT-2 (124M) on meta at 1,024 and 8,192 tokens: Megatron's forward, 12·s·l·h²·(1 + s/6h) +
+    s·h·V MACs (its 72·l·h²·(...) training FLOPs per token, over 3 passes and 2 FLOPs a MAC), within
+    0.5% (jitflops counts the layer norms too). ``use_cache=False`` and an all-ones mask failed on
+    meta (transformers reads those masks' values unless traced), and the fallback fed the model
+    uninitialised integers."""
+    layers, hidden, vocab = 12, 768, 50257
+    megatron = 12 * tokens * layers * hidden**2 * (1 + tokens / (6 * hidden)) + tokens * hidden * vocab
+    analysis = FlopCountAnalysis(gpt2, (), _calls(tokens)[call])
+    assert analysis.total() == pytest.approx(megatron, rel=0.005)
+    assert analysis.unsupported_ops() == {} and analysis.counted_by == "jit"
+
+
+def _llama_hand_count(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int, tokens: int) -> dict[str, int]:
+    head_dim = hidden // heads
+    per_layer = 2 * hidden * hidden + 2 * hidden * head_dim * kv_heads + 3 * hidden * ffn
+    return {"linear": tokens * (layers * per_layer + vocab * hidden), "scaled_dot_product_attention": layers * heads * tokens * tokens * 2 * head_dim}
+
+
+@pytest.mark.parametrize("name, sizes, calls", [
+    ("Llama-2-7B", dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32, vocab_size=32000),
+     ["the tokens alone", "use_cache=False", "an all-ones attention_mask", "labels"]),
+    ("Llama-3-70B", dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8, vocab_size=128256),
+     ["use_cache=False", "an all-ones attention_mask", "labels"]),
+])
+def test_a_llama_on_meta_with_the_usual_calls_matches_the_hand_count(name, sizes, calls):
+    """The README's scale, with the calls users make: no memory allocated (a copy of the 70B model
+    on the CPU would need 280 GB), the counts by hand."""
+    model = _meta_causal_lm("llama", **sizes)
+    expected = _llama_hand_count(sizes["hidden_size"], sizes["num_hidden_layers"], sizes["num_attention_heads"], sizes["num_key_value_heads"],
+                                 sizes["intermediate_size"], sizes["vocab_size"], 4096)
+    for call in calls:
+        analysis = FlopCountAnalysis(model, (), _calls(4096)[call])
+        assert analysis.by_operator() == expected, call
+        assert analysis.unsupported_ops() == {}, call
+    assert _rss_mib() < 4096
+
+
+def test_deepseek_v3_on_meta_with_the_usual_calls_counts_its_routed_experts_exactly():
+    """The published DeepSeek-V3 configuration (671B, bfloat16) at 4,096 tokens: its 58 MoE
+    layers' routed experts are top-8 of 256, each three products of 7,168 by 2,048, exactly."""
+    sizes = dict(hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, num_hidden_layers=61, first_k_dense_replace=3,
+                 num_attention_heads=128, num_key_value_heads=128, n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8,
+                 q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=129280)
+    model = _meta_causal_lm("deepseek_v3", torch.bfloat16, **sizes)
+    assert sum(p.numel() for p in model.parameters()) > 671e9
+    calls = _calls(4096)
+    totals = set()
+    for call in ("use_cache=False", "labels"):
+        analysis = FlopCountAnalysis(model, (), calls[call])
+        assert analysis.by_operator()["_grouped_mm"] == 58 * 4096 * 8 * 3 * 7168 * 2048, call
+        assert analysis.unsupported_ops() == {}, call
+        totals.add(analysis.total())
+    assert len(totals) == 1
+    assert _rss_mib() < 4096

@@ -43,6 +43,7 @@ from ..handles.registry import ShapeFormula
 from .dispatch_trace import DispatchTrace
 from .jit_fallback import is_compiled
 from .meta_values import call_blocker, empty_copy, meta_kernels_for_tracing, module_blocker
+from .traced_path import on_the_traced_path
 
 logger = logging.getLogger(__name__)
 
@@ -153,14 +154,15 @@ _SHAPES = (
     "unbind", "unsqueeze", "view", "view_as",
 )
 _MADE = ("arange", "full_like", "new_ones", "new_zeros", "ones", "ones_like", "zeros", "zeros_like")
-_REDUCTIONS = ("all", "any", "argmax", "cumsum", "gather", "log_softmax", "max", "mean", "min", "sum")
+_REDUCTIONS = ("all", "any", "argmax", "cumsum", "diff", "gather", "log_softmax", "max", "mean", "min", "sum")
 
 FREE_CALLS: dict[str, tuple[str, ...]] = {
     **{name: (f"aten::{name}",) for name in _ELEMENTWISE + _SHAPES + _MADE + _REDUCTIONS},
     "__add__": ("aten::add",), "__radd__": ("aten::add",), "__iadd__": ("aten::add_",), "__sub__": ("aten::sub",),
     "__mul__": ("aten::mul",), "__rmul__": ("aten::mul",), "__imul__": ("aten::mul_",), "__truediv__": ("aten::div",),
     "__neg__": ("aten::neg",), "__eq__": ("aten::eq",), "__ne__": ("aten::ne",), "__lt__": ("aten::lt",), "__le__": ("aten::le",),
-    "__gt__": ("aten::gt",), "__ge__": ("aten::ge",), "__pow__": ("aten::pow",),
+    "__gt__": ("aten::gt",), "__ge__": ("aten::ge",), "__pow__": ("aten::pow",), "__and__": ("aten::__and__",),
+    "__or__": ("aten::__or__",), "__invert__": ("aten::bitwise_not",),
     "__rsub__": ("aten::rsub",), "__getitem__": ("aten::slice", "aten::select", "aten::unsqueeze", "aten::index"),
     "numel": ("aten::numel",),
     "__mod__": ("aten::remainder",), "__rmod__": ("aten::remainder",), "__floordiv__": ("aten::floor_divide",),
@@ -171,7 +173,8 @@ FREE_CALLS: dict[str, tuple[str, ...]] = {
     "size": ("aten::size",), "shape": ("aten::size",),
     "split": ("aten::split",), "dropout": ("aten::dropout",), "embedding": ("aten::embedding",), "pad": ("aten::pad",),
     "hardtanh": ("aten::hardtanh", "aten::hardtanh_"), "silu": ("aten::silu", "aten::silu_"), "softmax": ("aten::softmax",),
-    "tensor": ("prim::Constant",), "dim": SILENT, "dtype": SILENT, "device": SILENT,
+    "cross_entropy": ("aten::cross_entropy_loss",),
+    "tensor": ("prim::Constant",), "dim": SILENT, "ndim": SILENT, "dtype": SILENT, "device": SILENT,
 }
 """Calls the default counts ignore, by name (a tensor method, a torch function, a property, an
 operator), with the kinds of the nodes the tracer records for them (none: :data:`SILENT`). A
@@ -195,7 +198,7 @@ called is not known here, and the model is traced."""
 
 _PYTHON_FREE_CALLS: dict[Callable[..., Any], str] = {
     F.dropout: "dropout", F.embedding: "embedding", F.pad: "pad", F.hardtanh: "hardtanh", F.relu: "relu", F.silu: "silu",
-    F.softmax: "softmax", torch.Tensor.split: "split", torch.Tensor.__rsub__: "__rsub__", torch.Tensor.__rmod__: "__rmod__",
+    F.softmax: "softmax", F.cross_entropy: "cross_entropy", torch.Tensor.split: "split", torch.Tensor.__rsub__: "__rsub__", torch.Tensor.__rmod__: "__rmod__",
     torch.Tensor.__floordiv__: "__floordiv__", torch.Tensor.__rfloordiv__: "__rfloordiv__", torch.Tensor.__rtruediv__: "__rtruediv__",
 }
 """The Python functions among :data:`FREE_CALLS`: what they call is not seen (the mode is off
@@ -403,18 +406,13 @@ def _not_taken_before(model: nn.Module, call: ModelCall, names: Mapping[nn.Modul
 @contextmanager
 def _as_under_the_tracer(recording: int) -> Iterator[None]:
     """For the body, in the thread ``recording``, what Python can ask of the tracer answers as under
-    it: ``torch.jit.is_tracing()`` is True, so code that asks takes the path it takes when traced
-    (transformers has 90 modules that ask: a position embedding interpolated only when traced, a
-    mask kept only when traced). And calls whose ops no torch function mode sees, which the tracer
-    records as one node (or fails on), stop the recording: a custom autograd Function
-    (``prim::PythonOp``) and a scripted function or method (``prim::CallFunction``). Other threads
-    get torch's own. Called under :data:`~jitflops.core.model_guard.RECORDING_LOCK`."""
-    answer = torch.jit.is_tracing
+    it: ``torch.jit.is_tracing()`` is True (:func:`~jitflops.frontends.traced_path.on_the_traced_path`).
+    And calls whose ops no torch function mode sees, which the tracer records as one node (or fails
+    on), stop the recording: a custom autograd Function (``prim::PythonOp``) and a scripted function
+    or method (``prim::CallFunction``). Other threads get torch's own. Called under
+    :data:`~jitflops.core.model_guard.RECORDING_LOCK`."""
     apply = vars(torch.autograd.Function)["apply"]
     scripted = [(kind, vars(kind)["__call__"]) for kind in (torch._C.ScriptFunction, torch._C.ScriptMethod)]
-
-    def is_tracing() -> bool:
-        return threading.get_ident() == recording or answer()
 
     def refused(what: str, call: Callable[..., Any]) -> Callable[..., Any]:
         def refusing(owner: Any, *args: Any, **kwargs: Any) -> Any:
@@ -428,13 +426,14 @@ def _as_under_the_tracer(recording: int) -> Iterator[None]:
         """``Function.apply`` as torch defines it: a Python classmethod, or one of C++ (torch 2.14)."""
         return apply.__get__(None, cls)(*args, **kwargs)
 
-    torch.jit.is_tracing, torch.autograd.Function.apply = is_tracing, classmethod(refused("custom autograd Function", apply_to))
+    torch.autograd.Function.apply = classmethod(refused("custom autograd Function", apply_to))
     for kind, call in scripted:
         kind.__call__ = refused("scripted function", call)
     try:
-        yield
+        with on_the_traced_path():
+            yield
     finally:
-        torch.jit.is_tracing, torch.autograd.Function.apply = answer, apply
+        torch.autograd.Function.apply = apply
         for kind, call in scripted:
             kind.__call__ = call
 

@@ -411,18 +411,9 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     return twin, ModelCall(args, kwargs), copies
 
 
-MATERIALISE_META_BYTES = 4 * 2**30
-"""A model built on the meta device that cannot be traced there (convolutions) is traced on a
-copy with uninitialised CPU tensors, up to this size."""
-
-
 def holds_meta(parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
     """Whether the model (``parameters``: its) or the call is on the meta device."""
     return any(t.is_meta for t in [*parameters, *call.tensors()])
-
-
-def size_in_bytes(model: nn.Module, call: ModelCall) -> int:
-    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(), *call.tensors()])
 
 
 def lost_values(graph: "torch._C.Graph", model: nn.Module) -> list[str]:

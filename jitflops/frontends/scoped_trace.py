@@ -45,12 +45,13 @@ from torch.jit import TracerWarning
 
 from .data_dependence import TraceWarnings
 from ..core.errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
-from .meta_values import MATERIALISE_META_BYTES, computes_by_default, meta_kernels_for_tracing, empty_copy, holds_meta, lost_values, meta_blocker, size_in_bytes
+from .meta_values import computes_by_default, meta_kernels_for_tracing, empty_copy, holds_meta, lost_values, meta_blocker
 from .jit_fallback import USE_DISPATCH, is_compiled
 from ..core.model_guard import preserved
 from ..core.model_io import FlatCall, ModelCall
 from ..core.records import JitOpRecord, OpRecord
 from ..core.running_module import failures_named
+from .traced_path import on_the_traced_path
 from .scope_boundaries import KEEP_ALIVE, NodeScopes, ScopeBoundaries, full_scope, prim_op_kind, recording
 
 logger = logging.getLogger(__name__)
@@ -260,12 +261,14 @@ def _trace_without_computing(
 ) -> ScopedTrace:
     """The trace on values without data: a meta copy of the model unless ``on_values``, or the model
     itself where it is built on the meta device (``on_meta_device``); real values where the model
-    needs them (unless ``forced``), an uninitialised CPU copy where a meta-device model does."""
+    needs them (unless ``forced``). A model on the meta device has no values: it is traced there or
+    not at all (a copy on the CPU would allocate its whole size, and feed uninitialised integers to
+    its embeddings)."""
     if not on_values:
         blocker = meta_blocker(model, call)
         if blocker is None:
             try:
-                return _trace_copy(model, call, aliases, strict, scope_boundaries, "meta")
+                return _trace_copy(model, call, aliases, strict, scope_boundaries)
             except Exception as error:  # the model needs real values: trace those (an interrupt is not caught)
                 if forced:
                     raise JitflopsError(f"the model cannot be traced without real values (compute=False): {error}") from error
@@ -278,32 +281,32 @@ def _trace_without_computing(
         try:
             return _checked_meta_trace(model, call, aliases, strict, scope_boundaries)
         except Exception as error:
-            if size_in_bytes(model, call) > MATERIALISE_META_BYTES:
-                raise JitflopsError(f"the model on the meta device cannot be traced there ({error}); build it on the CPU: jitflops counts it without computing") from error
-            logger.debug("traced on a copy with uninitialised CPU tensors: the trace on the meta device failed: %s", error)
-            return _trace_copy(model, call, aliases, strict, scope_boundaries, "cpu")
+            raise JitflopsError(
+                f"the model on the meta device cannot be traced there ({error}); it has no values to compute with, "
+                f"and jitflops never allocates them: {USE_DISPATCH} (on meta)"
+            ) from error
     return _trace_with_scopes(model, call, aliases, strict, scope_boundaries)
 
 
-def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool, device: str) -> ScopedTrace:
-    """The trace of a copy of the model whose tensors have no values, on ``device``."""
-    twin, twin_call, copies = empty_copy(model, call, device)
+def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool) -> ScopedTrace:
+    """The trace of a copy of the model whose tensors are meta tensors."""
+    twin, twin_call, copies = empty_copy(model, call)
     twin_aliases = {copies.get(module, module): name for module, name in aliases.items()}
-    if device == "meta":
-        return _checked_meta_trace(twin, twin_call, twin_aliases, strict, scope_boundaries)
-    return _trace_with_scopes(twin, twin_call, twin_aliases, strict, scope_boundaries)
+    return _checked_meta_trace(twin, twin_call, twin_aliases, strict, scope_boundaries)
 
 
 def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool) -> ScopedTrace:
     """The trace of a model on meta values, with jitflops' meta kernels, refused if it lost an op.
 
-    The forward runs once on the meta values untraced first: where it needs a value (a tensor
-    inside a list of sizes, Mimi's and EnCodec's padding), an untraced run fails cleanly, while the
-    tracer would fail after stashing the list's traced elements in its thread-local argument stash,
-    which nothing clears, so that every later trace in the thread passing a list of that name fails
-    inside torch (``list_trace[idx] == nullptr``), the trace on real values included."""
+    The forward runs once on the meta values untraced first, on the path the trace takes
+    (:func:`~jitflops.frontends.traced_path.on_the_traced_path`: transformers reads a padding
+    mask's values only when not traced): where it needs a value (a tensor inside a list of sizes,
+    Mimi's and EnCodec's padding), an untraced run fails cleanly, while the tracer would fail after
+    stashing the list's traced elements in its thread-local argument stash, which nothing clears,
+    so that every later trace in the thread passing a list of that name fails inside torch
+    (``list_trace[idx] == nullptr``), the trace on real values included."""
     with meta_kernels_for_tracing():
-        with preserved(model), torch.no_grad():
+        with preserved(model), torch.no_grad(), on_the_traced_path():
             model(*call.args, **call.kwargs)
         trace = _trace_with_scopes(model, call, aliases, strict, scope_boundaries)
     lost = lost_values(trace.graph, model)
