@@ -115,6 +115,64 @@ def test_llama_against_memtracker_and_the_profilers_timeline(mode):
     assert abs(estimate.peak / timeline - 1) < 0.001
 
 
+MIXTURES_OF_EXPERTS = {
+    "mixtral": dict(hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=800,
+                    num_local_experts=4, num_experts_per_tok=2),
+    "qwen3_moe": dict(hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=800,
+                      head_dim=24, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64),
+    "deepseek_v3": dict(hidden_size=96, intermediate_size=160, moe_intermediate_size=64, num_hidden_layers=2, first_k_dense_replace=1,
+                        num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, n_group=1,
+                        topk_group=1, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, vocab_size=800),
+}
+"""Small configurations of the mixture-of-experts families: transformers runs their experts as one
+grouped product (``torch._grouped_mm``) in float32 too, whose meta kernel in torch takes bfloat16 alone."""
+
+
+def _mixture_of_experts(family: str, dtype: torch.dtype, device: str = "cpu") -> nn.Module:
+    config = transformers.AutoConfig.for_model(family, **MIXTURES_OF_EXPERTS[family])
+    torch.manual_seed(0)
+    with torch.device(device):
+        return transformers.AutoModelForCausalLM.from_config(config).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("family", MIXTURES_OF_EXPERTS)
+def test_a_mixture_of_experts_in_either_dtype_against_memtracker(family, dtype):
+    """The grouped product of experts in float32, as ``from_config`` makes the model: the estimate
+    raised inside torch's meta kernel (bfloat16 only) where the real step runs on the CPU."""
+    model = _mixture_of_experts(family, dtype)
+    ids = torch.randint(0, 800, (2, 64), generator=torch.Generator().manual_seed(0))
+    inputs = {"input_ids": ids, "labels": ids.clone()}  # MemTracker does not see the inputs, made before it started
+    inference, training = memory_footprint(model, inputs), memory_footprint(model, inputs, train="adamw")
+    model.eval()
+
+    def infer() -> None:
+        with torch.no_grad():
+            model(**inputs)
+    assert inference.peak == _memtracker_peak(model, infer) + 2 * ids.nbytes
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def step() -> None:
+        output = model(**inputs)
+        output.loss.backward()
+        del output
+        optimizer.step()
+        optimizer.zero_grad()
+    step()
+    assert training.peak == _memtracker_peak(model, step, optimizer) + 2 * ids.nbytes
+
+
+def test_a_mixture_of_experts_on_the_meta_device_for_a_gpu():
+    """A float32 model built on meta, estimated for an H100: the same step as the CPU model's, its
+    allocations rounded as the CUDA caching allocator rounds them."""
+    ids = torch.zeros(2, 64, dtype=torch.long)
+    on_cpu = memory_footprint(_mixture_of_experts("deepseek_v3", torch.float32), {"input_ids": ids, "labels": ids}, train="adamw", device="h100")
+    meta_ids = ids.to("meta")
+    on_meta = memory_footprint(_mixture_of_experts("deepseek_v3", torch.float32, "meta"), {"input_ids": meta_ids, "labels": meta_ids}, train="adamw", device="h100")
+    assert on_meta.peak == on_cpu.peak and on_meta.rounding == 512
+
+
 def test_a_tied_weights_gradient_and_state_are_counted_where_the_weight_is():
     config = transformers.GPT2Config(n_embd=64, n_layer=1, n_head=4, vocab_size=1000, n_positions=64)
     torch.manual_seed(0)

@@ -45,7 +45,7 @@ def build(model_type: str, sizes: dict) -> torch.nn.Module:
 
     config = transformers.AutoConfig.for_model(model_type, **sizes)
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)  # the checkpoints' dtype; grouped expert products need it on the CPU
+    torch.set_default_dtype(torch.bfloat16)  # the checkpoints' dtype
     try:
         with torch.device("meta"):
             return transformers.AutoModelForCausalLM.from_config(config).eval()

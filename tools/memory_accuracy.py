@@ -48,17 +48,30 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "bert": ("masked", dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000)),
     "roberta": ("masked", dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000)),
     "t5": ("seq2seq", dict(d_model=128, d_ff=344, num_layers=2, num_heads=4, d_kv=32, vocab_size=1000, decoder_start_token_id=0, pad_token_id=0)),
+    "mixtral": ("causal", {**SMALL, "num_local_experts": 4, "num_experts_per_tok": 2}),
+    "qwen3_moe": ("causal", {**SMALL, "head_dim": 32, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 96}),
+    "deepseek_v3": ("causal", dict(hidden_size=128, intermediate_size=344, moe_intermediate_size=96, num_hidden_layers=2, first_k_dense_replace=1,
+                                   num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                                   n_group=1, topk_group=1, q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                                   v_head_dim=32, vocab_size=1000, max_position_embeddings=512)),
 }
+MIXTURES_OF_EXPERTS = ("mixtral", "qwen3_moe", "deepseek_v3")
+"""Measured in float32 (as ``from_config`` builds them) and in bfloat16: transformers' experts run a
+grouped product (``torch._grouped_mm``) in both, whose meta kernel in torch takes bfloat16 alone."""
 MODES = ("inference", "adamw", "checkpointing")
 BATCH, LENGTH = 4, 128
 
 
-def build(name: str) -> torch.nn.Module:
+def build(name: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     head, settings = MODELS[name]
     config = transformers.AutoConfig.for_model(name, **settings)
     auto = {"causal": transformers.AutoModelForCausalLM, "masked": transformers.AutoModelForMaskedLM, "seq2seq": transformers.AutoModelForSeq2SeqLM}[head]
     torch.manual_seed(0)
-    return auto.from_config(config, attn_implementation="sdpa")
+    return auto.from_config(config, attn_implementation="sdpa").to(dtype)
+
+
+def dtypes_of(name: str) -> tuple[torch.dtype, ...]:
+    return (torch.float32, torch.bfloat16) if name in MIXTURES_OF_EXPERTS else (torch.float32,)
 
 
 def batch(batch_size: int = BATCH) -> dict[str, torch.Tensor]:
@@ -108,8 +121,8 @@ def profiler_peak(step: Callable[[], None]) -> int:
     return max(sum(row) for row in sizes)
 
 
-def measure(name: str, mode: str) -> dict[str, Any]:
-    model, inputs = build(name), batch()
+def measure(name: str, mode: str, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    model, inputs = build(name, dtype), batch()
     started = time.perf_counter()
     estimate = memory_footprint(model, inputs, train=None if mode == "inference" else "adamw", checkpointing=mode == "checkpointing")
     seconds = time.perf_counter() - started
@@ -117,7 +130,7 @@ def measure(name: str, mode: str) -> dict[str, Any]:
     input_bytes = sum(t.untyped_storage().nbytes() for t in inputs.values())
     tracked = memtracker_peak(model, optimizer, step, input_bytes)
     timeline = profiler_peak(step)
-    return {"model": name, "mode": mode, "estimate": estimate.peak, "peak_phase": estimate.peak_phase, "memtracker": tracked, "profiler": timeline,
+    return {"model": name, "mode": mode, "dtype": str(dtype).removeprefix("torch."), "estimate": estimate.peak, "peak_phase": estimate.peak_phase, "memtracker": tracked, "profiler": timeline,
             "error_vs_memtracker": estimate.peak / tracked - 1, "error_vs_profiler": estimate.peak / timeline - 1, "estimate_s": round(seconds, 3)}
 
 
@@ -220,16 +233,16 @@ def main() -> None:
         return
     rows = []
     for name in args.models:
-        for mode in MODES:
-            row = measure(name, mode)
+        for dtype, mode in [(dtype, mode) for dtype in dtypes_of(name) for mode in MODES]:
+            row = measure(name, mode, dtype)
             rows.append(row)
-            print(f"{name:8} {mode:13} estimate {row['estimate']:>11,} memtracker {row['memtracker']:>11,} ({row['error_vs_memtracker']:+.2%}) "
+            print(f"{name:11} {row['dtype']:8} {mode:13} estimate {row['estimate']:>11,} memtracker {row['memtracker']:>11,} ({row['error_vs_memtracker']:+.2%}) "
                   f"profiler {row['profiler']:>11,} ({row['error_vs_profiler']:+.2%}) {row['estimate_s']:.2f}s")
     # a run of some models replaces their rows and keeps the others'
     path = Path(__file__).with_name("memory_results.json")
     earlier = json.loads(path.read_text()).get("single_process", []) if path.exists() else []
-    measured = {(row["model"], row["mode"]) for row in rows}
-    write({"single_process": [row for row in earlier if (row["model"], row["mode"]) not in measured] + rows})
+    measured = {(row["model"], row["mode"], row["dtype"]) for row in rows}
+    write({"single_process": [row for row in earlier if (row["model"], row["mode"], row.get("dtype", "float32")) not in measured] + rows})
 
 
 if __name__ == "__main__":

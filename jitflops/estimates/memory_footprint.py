@@ -5,7 +5,8 @@ The step runs on a copy of the model made of fake tensors (``FakeTensorMode``) o
 model is on: a model on a GPU of this machine gets fake CUDA tensors, so that the step takes the
 kernels CUDA would (SDPA's flash, memory-efficient or math kernel, by dtype and shape: a float32
 grouped-query attention runs the math kernel there and holds its scores); any other model, the CPU's
-kernels (attention's fused kernels included). It runs under
+kernels (attention's fused kernels included), and where torch's meta kernel refuses what a device's
+kernel runs (a float32 grouped product of experts), one of jitflops' that accepts it. It runs under
 :class:`~jitflops.estimates.memory_recorder.MemoryRecorder`. A training step is the forward, the backward
 from the output's ``loss`` (else from the sum of its floating outputs), the output dropped, then
 the optimizer's ``step`` and ``zero_grad``. The peak is a steady step's, not the first's (whose
@@ -34,7 +35,7 @@ from .memory_estimate import (
     KVCache, MemoryEstimate, bytes_by_category, module_memory, peak_of, phase_at, unseen_saved,
 )
 from .memory_recorder import BACKWARD, FORWARD, OPTIMIZER, MemoryRecorder, MemoryRecording
-from ..frontends.meta_values import empty_copy
+from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
 from ..core.model_io import ModelCall, tensor_leaves, tensors_inside
 from .optimizers import OptimizerChoice, optimizer_factory
 
@@ -163,6 +164,7 @@ def memory_footprint(
         if fsdp is not None or tensor_parallel is not None:
             mesh = stack.enter_context(fake_process_group(fsdp or tensor_parallel))
         stack.enter_context(fake_mode)
+        stack.enter_context(meta_kernels(DEVICE_META_KERNELS))
         if dtype is not None:
             _cast_weights(twin, dtype)
             fake_call = _cast_floating(fake_call, dtype)

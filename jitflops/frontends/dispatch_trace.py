@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional
 
@@ -44,6 +45,7 @@ from .flex_attention_ops import FLEX_ATTENTION_ARGUMENTS, FLEX_ATTENTION_KIND, f
 from ..handles.attention import SOFTMAX_KINDS
 from ..handles.spectral import FFT_KINDS
 from .masked_scores import MaskedScorePairing
+from .meta_values import DEVICE_META_KERNELS, holds_meta, meta_kernels
 from ..core.model_guard import own_cycles_collected, preserved
 from ..core.model_io import ModelCall, tensor_leaves
 from ..core.process_groups import dispatches_to_dtensor, process_group_meta
@@ -454,7 +456,8 @@ def record_with_dispatch(
 ) -> DispatchTrace:
     """Run ``model`` on ``call`` eagerly under a dispatch mode (and ``backward`` on its output).
     ``fake_inputs``: the call's tensors are fake (sizes in symbols, :mod:`jitflops.engine.symbolic_counts`),
-    so the model's ops run on fake tensors and are recorded.
+    so the model's ops run on fake tensors and are recorded. On meta or fake tensors, ops run the
+    meta kernels that accept what the devices' kernels run (:data:`~jitflops.frontends.meta_values.DEVICE_META_KERNELS`).
 
     The model comes back unchanged, gradients included: the backward runs on fresh ``.grad``
     fields, and every parameter's and input's ``.grad`` is put back afterwards.
@@ -480,6 +483,7 @@ def record_with_dispatch(
             own_cycles_collected(lambda: recorder is not None and recorder.ran_collectives),
             preserved(model, values_on_write=True) as snapshot,
             flex_attention_uncompiled(),
+            meta_kernels(DEVICE_META_KERNELS) if fake_inputs or holds_meta(list(model.parameters()), call) else nullcontext(),
             torch.set_grad_enabled(backward is not None),
             tracker,
             _OpRecorder(tracker, module_names, snapshot.save_before_write, fake_inputs) as recorder,

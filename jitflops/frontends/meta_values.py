@@ -31,7 +31,7 @@ import functools
 import math
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
 
 import torch
 from torch import _refs
@@ -140,6 +140,39 @@ def _output_like(tensor: torch.Tensor, dtype: Optional[torch.dtype] = None, cont
     if tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last):
         return torch.empty(tensor.shape, dtype=dtype, device=tensor.device, memory_format=torch.channels_last)
     return torch.empty_like(tensor, dtype=dtype)
+
+
+_GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""What ``aten::_grouped_mm`` runs on the CPU and on CUDA (whose fast path takes bfloat16 and loops
+over ``mm`` for the others)."""
+
+
+def _grouped_mm_on_meta(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                        out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``aten::_grouped_mm`` on meta and fake tensors, in every dtype the CPU and CUDA kernels run.
+    torch's meta kernel checks the CUDA fast path's bfloat16 alone, so transformers' float32 experts,
+    which run on both devices, failed on meta and under the memory estimate's fake tensors. Their
+    output as torch's kernels make it: (tokens, N) for a 2-D by 3-D product, rows padded to 16 bytes
+    on a CUDA build. bfloat16 operands, and any others, go to torch's own kernel, which checks them."""
+    torch_kernel = global_decomposition_table["meta"][torch.ops.aten._grouped_mm.default]
+    if (
+        mat_a.dtype == torch.bfloat16 or mat_a.dtype not in _GROUPED_MM_DTYPES or mat_b.dtype != mat_a.dtype
+        or mat_a.dim() not in (2, 3) or mat_b.dim() not in (2, 3) or (mat_a.dim() == mat_b.dim() == 2 and offs is None)
+    ):
+        return torch_kernel(mat_a, mat_b, offs, bias, out_dtype)
+    if mat_a.dim() == 2 and mat_b.dim() == 2:
+        shape = [offs.size(0), mat_a.size(0), mat_b.size(1)]
+    elif mat_a.dim() == 2:
+        shape = [mat_a.size(0), mat_b.size(-1)]
+    elif mat_b.dim() == 2:
+        shape = [mat_a.size(1), mat_b.size(1)]
+    else:
+        shape = [mat_a.size(0), mat_a.size(1), mat_b.size(-1)]
+    dtype = out_dtype or mat_a.dtype
+    alignment = 16 // dtype.itemsize if torch.version.cuda else 1
+    row = -(-shape[-1] // alignment) * alignment
+    strides = [row, 1] if len(shape) == 2 else [shape[1] * row, row, 1]
+    return torch.empty_strided(shape, strides, dtype=dtype, device=mat_a.device)
 
 
 def _addmm_on_meta(input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: Any = 1, alpha: Any = 1) -> torch.Tensor:
@@ -254,6 +287,7 @@ TRACING_META_KERNELS: dict[str, Callable[..., Any]] = {
     **{f"{name}.Tensor": _arithmetic(getattr(_refs, name)) for name in ("add", "sub", "mul")},
     **{name: _triangle(getattr(_refs, name)) for name in ("tril", "triu")},
     "mean.dim": _mean_on_meta,
+    "_grouped_mm": _grouped_mm_on_meta,
 }
 """The meta kernels a meta trace (and a count read from the calls of a meta copy) runs: convolution
 so that it traces at all, and fast where its operands are contiguous; the others because torch's
@@ -263,18 +297,30 @@ meta trace of ViT-L and of MobileNet-like models (``tools/bench.py``; a batch no
 shapes and compute the output shapes directly, or hand what they do not check to torch's own."""
 
 
+DEVICE_META_KERNELS: dict[str, Callable[..., Any]] = {"_grouped_mm": _grouped_mm_on_meta}
+"""The meta kernels that accept what the devices' kernels run, where torch's refuse it: what a run
+on fake tensors (the memory estimate, counts as formulas) needs to take the path the model takes."""
+
+
 @contextmanager
-def meta_kernels_for_tracing() -> Iterator[None]:
-    """For the body, meta tensors run :data:`TRACING_META_KERNELS` (see the module's docstring)."""
+def meta_kernels(kernels: Mapping[str, Callable[..., Any]]) -> Iterator[None]:
+    """For the body, meta and fake tensors run ``kernels`` (by aten op name) instead of torch's.
+    torch's fake tensors keep the outputs they computed in a cache of their class, so a fake run
+    after the body may still meet an output of one of these (the reason each is exact)."""
     library = torch.library.Library("aten", "IMPL")
     try:
-        with warnings.catch_warnings():  # torch says a kernel is overridden: for this trace only
+        with warnings.catch_warnings():  # torch says a kernel is overridden: for this run only
             warnings.simplefilter("ignore")
-            for name, kernel in TRACING_META_KERNELS.items():
+            for name, kernel in kernels.items():
                 library.impl(name, kernel, "Meta", allow_override=True)
         yield
     finally:
         library._destroy()
+
+
+def meta_kernels_for_tracing() -> ContextManager[None]:
+    """For the body, meta tensors run :data:`TRACING_META_KERNELS` (see the module's docstring)."""
+    return meta_kernels(TRACING_META_KERNELS)
 
 
 def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[int, torch.Tensor], fake_mode: Optional[FakeTensorMode] = None) -> torch.Tensor:
