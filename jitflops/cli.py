@@ -40,7 +40,8 @@ from .reports.file_output import check_writable, write_text
 from .reports.formatting import deepspeed_bytes, deepspeed_seconds, format_quantity, format_seconds
 from .estimates.memory_estimate import MemoryEstimate
 from .estimates.memory_footprint import largest_fitting, memory_footprint
-from .reports.memory_report import memory_summary, memory_table
+from .estimates.memory_levers import LeverEstimate, what_would_fit
+from .reports.memory_report import lever_table, memory_summary, memory_table
 from .profiling.model_profile import ModelProfile
 from .named_models import looks_like_model_name, model_from_name
 from .profiling.profile import profile_model
@@ -64,6 +65,15 @@ MODULE_SORT_KEYS = {  # None: keep the tree order (parents before children)
 
 class UsageError(Exception):
     """A problem with what the user asked for: printed as one line, no traceback."""
+
+
+class NothingFits(UsageError):
+    """``--fit`` where even a size of 1 does not fit: the error line, after ``report`` (the estimate
+    at that size, and what would fit), which is printed as a report is."""
+
+    def __init__(self, message: str, report: str) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 def one_line(error: BaseException) -> str:
@@ -387,7 +397,7 @@ def run(args: argparse.Namespace) -> str:
         backend=args.backend, backward=args.backward, peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
         device=prediction,
     )
-    estimate, fitted = _memory(args, model, positional, keywords, prediction) if args.memory else (None, None)
+    estimate, fitted, levers = _memory(args, model, positional, keywords, prediction) if args.memory else (None, None, ())
     if args.trace:
         write_text(args.trace, spans_to_chrome_trace(profile.spans))
     if args.html:
@@ -398,9 +408,12 @@ def run(args: argparse.Namespace) -> str:
         report += (f"\n\nPredicted forward on {prediction.name} (roofline, {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
                    f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte")
     if estimate is not None:
-        report = _with_memory(args, report, estimate, fitted, prediction)
+        report = _with_memory(args, report, estimate, fitted, prediction, levers)
     if named and args.format in ("table", "tree") and not (args.profile and args.format == "table"):  # the DeepSpeed printout and the JSON say it themselves
         report = f"Model: {profile.summary.model_class}, built from {args.factory}\n\n{report}"
+    if fitted == 0:
+        assert prediction is not None
+        raise NothingFits(f"even a {args.fit} of 1 does not fit on {prediction.name} (what would fit is printed above)", report)
     return report
 
 
@@ -434,34 +447,45 @@ def _with_size(inputs: Any, axis: int, size: int) -> Any:
 
 
 def _memory(args: argparse.Namespace, model: nn.Module, positional: tuple[Any, ...], keywords: dict[str, Any],
-            device: Optional[DeviceSpec]) -> tuple[MemoryEstimate, Optional[int]]:
-    """The memory estimate the options ask for; with ``--fit``, the largest size that fits and its estimate."""
+            device: Optional[DeviceSpec]) -> tuple[MemoryEstimate, Optional[int], Sequence[LeverEstimate]]:
+    """The memory estimate the options ask for; with ``--fit``, the largest size that fits and its
+    estimate, or where none does, the estimate at size 1 and what would fit (:mod:`jitflops.estimates.memory_levers`)."""
     options: dict[str, Any] = dict(
         train=args.train, checkpointing=args.checkpointing, master_weights=args.master_weights, fsdp=args.fsdp, tensor_parallel=args.tp,
         autocast=DTYPES[args.autocast] if args.autocast else None, device=device, kv_cache_length=args.kv_cache,
     )
     if not args.fit:
-        return memory_footprint(model, positional, keywords, **options), None
+        return memory_footprint(model, positional, keywords, **options), None, ()
     assert device is not None  # run() checked that --fit has a device with a memory size
     axis = {"batch": 0, "length": 1}[args.fit]
-    fitted, estimate = largest_fitting(model, lambda n: _with_size(positional, axis, n), device,
-                                            kwargs_of=lambda n: _with_size(keywords, axis, n), **options)
-    if estimate is None:
-        raise UsageError(f"even a {args.fit} of 1 does not fit on {device.name}")
-    return estimate, fitted
+    smallest, smallest_keywords = _with_size(positional, axis, 1), _with_size(keywords, axis, 1)
+    at_one = memory_footprint(model, smallest, smallest_keywords, **options)
+    if not at_one.fits(device):
+        return at_one, 0, what_would_fit(model, smallest, smallest_keywords, device, {key: value for key, value in options.items() if key != "device"}, at_one)
+    fitted, estimate = largest_fitting(model, lambda n: _with_size(positional, axis, n), device, low=2,
+                                       kwargs_of=lambda n: _with_size(keywords, axis, n), **options)
+    return (estimate, fitted, ()) if estimate is not None else (at_one, 1, ())
 
 
-def _with_memory(args: argparse.Namespace, report: str, estimate: MemoryEstimate, fitted: Optional[int], device: Optional[DeviceSpec]) -> str:
-    """The count's report with the memory estimate (and the largest size that fits, with ``--fit``): in the JSON document, or printed after it."""
+def _with_memory(args: argparse.Namespace, report: str, estimate: MemoryEstimate, fitted: Optional[int], device: Optional[DeviceSpec],
+                 levers: Sequence[LeverEstimate] = ()) -> str:
+    """The count's report with the memory estimate (and the largest size that fits, with ``--fit``;
+    where none does, the estimate at size 1 and what would fit): in the JSON document, or printed after it."""
     if args.format == "json":
         document = json.loads(report)
         document["memory"] = estimate.to_dict()
         if fitted is not None:
             document["memory"]["largest_" + args.fit] = fitted
+        if fitted == 0:
+            document["memory"]["what_would_fit"] = [lever.to_dict() for lever in levers]
         return json.dumps(document, indent=1)
-    printed = args.profile and args.format == "table"  # the DeepSpeed printout gives the peak itself
+    printed = args.profile and args.format == "table" and fitted != 0  # the DeepSpeed printout gives the peak itself
     text = "" if printed else memory_summary(estimate, device if device is not None and device.memory_bytes else None) + "\n\n"
-    if fitted is not None:
+    if fitted == 0:
+        assert device is not None
+        text = (f"Even a {args.fit} of 1 does not fit on {device.name}. At a {args.fit} of 1:\n{text}"
+                f"What would fit at a {args.fit} of 1 (each estimated on fake tensors):\n{lever_table(levers, device.name)}\n\n")
+    elif fitted is not None:
         text = f"Largest {args.fit} that fits on {device.name}: {fitted}\n{text}"
     return f"{report}\n\n{text}{memory_table(estimate, args.depth if args.depth is not None else 3)}"
 
@@ -480,6 +504,13 @@ def calibrate_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _emit(args: argparse.Namespace, report: str) -> None:
+    if args.output:
+        write_text(args.output, report)
+    else:
+        print(report)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["calibrate"]:
@@ -487,11 +518,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        report = run(args)
-        if args.output:
-            write_text(args.output, report)
-        else:
-            print(report)
+        try:
+            report = run(args)
+        except NothingFits as nothing:  # its report, then the error line
+            _emit(args, nothing.report)
+            raise
+        _emit(args, report)
     except KeyboardInterrupt:
         print("jitflops: interrupted", file=sys.stderr)
         return 130

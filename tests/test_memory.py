@@ -249,6 +249,42 @@ def test_fits_and_the_largest_batch():
     assert largest_fitting(model, lambda n: torch.randn(n, 256), 1000, train="adamw") == (0, None)
 
 
+def test_when_nothing_fits_the_cli_shows_the_smallest_estimate_and_what_would_fit(tmp_path, capsys):
+    """Each lever's peak is memory_footprint's with its options, and the fewest FSDP2 ranks it names
+    fit where half as many do not."""
+    import dataclasses
+
+    from jitflops.estimates.devices import device_spec
+
+    settings = dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=4000)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**settings)).eval()
+    ids = torch.zeros(1, 64, dtype=torch.long)
+    at_one = memory_footprint(model, ids, train="adamw", device="h100")
+    small = dataclasses.replace(device_spec("h100"), name="small-gpu", memory_bytes=int(at_one.peak * 0.45))
+    spec = tmp_path / "small.json"
+    spec.write_text(small.to_json())
+    command = ["transformers:LlamaForCausalLM", "--config", *(f"{key}={value}" for key, value in settings.items()), "--input-ids", "1,64",
+               "--train", "adamw", "--device", str(spec), "--fit", "batch", "--quiet"]
+    assert main(command) == 2
+    out, err = capsys.readouterr()
+    assert "even a batch of 1 does not fit on small-gpu" in err
+    assert "Even a batch of 1 does not fit on small-gpu. At a batch of 1:" in out and f"({at_one.peak:,} B)" in out
+    assert f"{memory_summary(at_one, small).splitlines()[-1].strip()}" in out and "over" in out
+    levers = out.split("What would fit")[1].split("\n\n")[0].splitlines()[3:]
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in levers}
+    for lever, options in {"8-bit Adam": dict(train="adam8bit"), "activation checkpointing": dict(train="adamw", checkpointing=True),
+                           "bfloat16 weights, float32 master weights": dict(train="adamw", dtype=torch.bfloat16, master_weights=True)}.items():
+        assert rows[lever] == memory_summary(memory_footprint(model, ids, device=small, **options)).split("peak: ")[1].split(" (")[0]
+    fsdp = next(name for name in rows if name.startswith("FSDP2 over"))
+    ranks = int(fsdp.split()[2])
+    assert memory_footprint(model, ids, train="adamw", device=small, fsdp=ranks).fits(small)
+    assert ranks == 2 or not memory_footprint(model, ids, train="adamw", device=small, fsdp=ranks // 2).fits(small)
+    assert main(command + ["--format", "json"]) == 2
+    document = json.loads(capsys.readouterr().out)
+    assert document["memory"]["largest_batch"] == 0 and document["memory"]["peak"] == at_one.peak
+    assert {lever["lever"] for lever in document["memory"]["what_would_fit"]} == set(rows)
+
+
 class _HidesItsInput(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):

@@ -5,12 +5,14 @@ Memory is given in binary units (GiB, as device memory is sold and ``nvidia-smi`
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from tabulate import tabulate
 
+from ..core.table import pipe_table
 from ..estimates.devices import DeviceSpec
 from ..estimates.memory_estimate import CATEGORIES, MemoryEstimate
+from ..estimates.memory_levers import LeverEstimate
 
 _COLUMNS = ("parameters", "buffers", "gradients", "optimizer_state", "saved_activations", "temporaries")
 
@@ -42,8 +44,9 @@ def memory_summary(estimate: MemoryEstimate, memory: Union[None, int, str, Devic
         capacity = estimate.capacity_of(memory)
         verdict = "fits" if estimate.fits(memory) else "does NOT fit"
         where = memory.name if isinstance(memory, DeviceSpec) else memory if isinstance(memory, str) else "the memory given"
+        over = f", {format_bytes(estimate.needed() - capacity)} over" if not estimate.fits(memory) else ""
         lines.append(f"  {verdict} in {where} ({format_bytes(capacity)}): "
-                     f"{estimate.needed() / capacity:.0%} of it")
+                     f"{estimate.needed() / capacity:.0%} of it{over}")
     return "\n".join(lines)
 
 
@@ -58,3 +61,9 @@ def memory_table(estimate: MemoryEstimate, max_depth: Optional[int] = 3) -> str:
         rows.append([label] + [format_bytes(getattr(module, column)) if getattr(module, column) else "" for column in _COLUMNS])
     headers = ["module"] + [column.replace("_", " ") for column in _COLUMNS]
     return tabulate(rows, headers=headers, tablefmt="pipe", colalign=("left",) + ("right",) * len(_COLUMNS))
+
+
+def lever_table(levers: Sequence[LeverEstimate], where: str) -> str:
+    """What each lever needs, and whether it fits in ``where`` (a device's name)."""
+    rows = [[lever.lever, format_bytes(lever.estimate.needed()) if lever.estimate else "", "yes" if lever.fits else "no", lever.reason] for lever in levers]
+    return pipe_table(rows, ["change", "peak", f"fits in {where}", "why not"], colalign=("left", "right", "left", "left"))
