@@ -18,7 +18,8 @@ setup(
     packages=find_packages(include=["jitflops", "jitflops.*"]),
     package_data={"jitflops": ["py.typed"]},
     python_requires=">=3.10",
-    install_requires=["torch>=2.10", "tabulate>=0.10", "iopath>=0.1.9", "tqdm"],  # tqdm: the progress bar; iopath needs it too
+    # tqdm: the progress bar; iopath needs it too. numpy: torch warns at its import without it ("Failed to initialize NumPy")
+    install_requires=["torch>=2.10", "numpy", "tabulate>=0.10", "iopath>=0.1.9", "tqdm"],
     extras_require={
         # expecttest: torch's op database (torch.testing._internal) imports it; hypothesis: generated models
         # accelerate: transformers' Trainer needs it; pytorch-lightning: the Lightning callback's

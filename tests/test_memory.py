@@ -342,6 +342,13 @@ def test_the_table_and_the_cli(capsys):
     assert "--fit needs a device with a memory size" in capsys.readouterr().err
 
 
+def test_the_table_shows_each_module_by_its_full_name_indented_by_depth():
+    table = memory_table(memory_footprint(_llama(), torch.zeros(1, 16, dtype=torch.long)), max_depth=3)
+    labels = [line.split("|")[1].rstrip() for line in table.splitlines()[2:]]
+    assert labels[:5] == [" (model)", "  model", "   model.embed_tokens", "   model.layers", "    model.layers.0"]
+    assert "    model.layers.1" in labels and "  lm_head" in labels
+
+
 def test_the_deepspeed_printout_gives_the_peak_and_each_modules_memory(capsys):
     model, x = _mlp()
     estimate = memory_footprint(model, x, train="adamw")

@@ -41,6 +41,7 @@ def test_the_built_wheel_works_outside_the_source_tree(tmp_path):
     example = subprocess.run([str(environment / "bin" / "jitflops"), "--example", "convnet", "--format", "json", "--quiet"], cwd=elsewhere, capture_output=True, text=True, timeout=300)
     assert example.returncode == 0, example.stderr
     assert '"macs"' in example.stdout
+    assert "Warning" not in example.stderr, example.stderr  # torch's "Failed to initialize NumPy", where numpy is not installed
     names = subprocess.run(
         [str(python), "-c", "import jitflops, pathlib; [getattr(jitflops, name) for name in jitflops.__all__]; "
          "print(jitflops.__version__, pathlib.Path(jitflops.__file__).parent.joinpath('py.typed').exists(), jitflops.__file__)"],

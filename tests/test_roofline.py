@@ -140,6 +140,24 @@ def test_a_profile_shows_bytes_intensity_and_the_prediction_beside_the_measured_
     assert embedding["bound"] == "memory"  # a gather: no FLOPs, only bytes
 
 
+def test_a_prediction_for_another_device_is_not_compared_with_the_time_measured_here():
+    """An H100's prediction over a CPU's measured time is no ratio: the printouts say where each was taken."""
+    from jitflops.reports.html_report import profile_to_html
+
+    model, args, kwargs = all_examples()["transformer"].instantiate("cpu")
+    profile = profile_model(model, args, kwargs, repeats=2, device="h100")
+    summary = profile.summary
+    assert summary.predicted_s > 0 and summary.forward is not None and summary.measured_on == "cpu"
+    assert summary.predicted_to_measured is None and all(node.predicted_to_measured is None for node in profile.root.walk())
+    text = format_model_profile(profile)
+    assert re.search(r"^predicted / measured fwd latency: +not compared: predicted on h100-sxm, measured on cpu$", text, re.M)
+    assert "x measured" not in text
+    document = profile_to_dict(profile)
+    assert document["summary"]["measured_on"] == "cpu" and document["summary"]["predicted_to_measured"] is None
+    page = profile_to_html(profile)
+    assert "(not compared: measured on cpu)" in page and '"predicted_to_measured": 0' not in page
+
+
 def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
     run = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", "a100", "--format", "json", "--quiet"],
                          capture_output=True, text=True, timeout=300)

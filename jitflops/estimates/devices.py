@@ -232,6 +232,21 @@ def is_device_name(text: str) -> bool:
     return ALIASES.get(key, key) in DEVICES
 
 
+def is_cpu_spec(spec: DeviceSpec) -> bool:
+    """Whether ``spec`` is a CPU's (``jitflops calibrate`` names a CPU's spec ``cpu (N threads)``)."""
+    return "cpu" in spec.name.lower()
+
+
+def describes(spec: DeviceSpec, device_name: str) -> bool:
+    """Whether ``spec`` is of the device named ``device_name`` (``"cpu"``, or a GPU's name as
+    ``torch.cuda.get_device_name`` gives it): only then may a time predicted with it be compared
+    with one measured there."""
+    if device_name == "cpu":
+        return is_cpu_spec(spec)
+    listed = spec_of_gpu(device_name)
+    return spec.name == device_name or (listed is not None and listed.name == spec.name)
+
+
 def spec_of_gpu(device_name: str) -> Optional[DeviceSpec]:
     """The table's spec of a GPU named ``device_name`` (``torch.cuda.get_device_name``)."""
     for spec in sorted(DEVICES.values(), key=lambda spec: -max((len(fragment) for fragment in spec.matches), default=0)):

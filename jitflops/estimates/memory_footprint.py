@@ -27,7 +27,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import _pytree as pytree
 
-from .devices import DeviceSpec, device_spec
+from .devices import DeviceSpec, device_spec, is_cpu_spec
 from ..frontends.dispatch_trace import default_backward
 from ..core.errors import TraceError
 from .fake_sharding import TensorParallelPlan, fake_process_group, shard_like_fsdp2, shard_like_tensor_parallel
@@ -61,7 +61,7 @@ def _cache_of(output: Any) -> Any:
 
 
 def _is_gpu(device: Optional[DeviceSpec]) -> bool:
-    return device is not None and not device.name.lower().startswith("cpu")
+    return device is not None and not is_cpu_spec(device)
 
 
 def _fake_device(model: nn.Module, call: ModelCall, sharded: bool) -> str:

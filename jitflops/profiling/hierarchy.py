@@ -54,6 +54,9 @@ class ModuleProfile:
     """Bytes its ops read and write (:class:`~jitflops.ByteCountAnalysis`)."""
     predicted_s: Optional[float] = None
     """Seconds the roofline predicts for it on the profile's prediction device (None: not asked for)."""
+    predicted_where_timed: bool = True
+    """Whether the prediction is for the device :attr:`latency` was measured on (an H100's
+    prediction is not compared with a CPU's time)."""
 
     @property
     def intensity(self) -> Optional[float]:
@@ -68,8 +71,8 @@ class ModuleProfile:
 
     @property
     def predicted_to_measured(self) -> Optional[float]:
-        """Predicted over measured time (None: not both)."""
-        if self.predicted_s is None or self.latency is None or self.latency.median <= 0:
+        """Predicted over measured time (None: not both, or not of the same device)."""
+        if self.predicted_s is None or self.latency is None or self.latency.median <= 0 or not self.predicted_where_timed:
             return None
         return self.predicted_s / self.latency.median
 
@@ -176,10 +179,12 @@ def build_hierarchy(
     ignore_modules: Sequence[type] = (),
     communication: Optional[CommunicationAnalysis] = None,
     predicted: Optional[Mapping[str, float]] = None,
+    predicted_where_timed: bool = True,
 ) -> ModuleProfile:
     """The model's module tree with counts, communication and latency (seconds per canonical module name) attached.
     The integer MACs, the attention work masks discard and the bytes moved are counted from
-    ``flops``' recording; ``predicted`` holds the roofline's seconds per module, where asked for.
+    ``flops``' recording; ``predicted`` holds the roofline's seconds per module, where asked for
+    (``predicted_where_timed``: for the device ``latency`` was measured on).
 
     Modules of a type in ``ignore_modules`` are left out and their MACs, activations and latency
     are removed from their ancestors too (parameters stay: they are still in the model). Without
@@ -215,6 +220,7 @@ def build_hierarchy(
             masked_out_macs=dense.get(name, 0) - useful.get(name, 0),
             bytes=traffic.get(name, 0),
             predicted_s=predicted.get(name, 0.0) if predicted is not None else None,
+            predicted_where_timed=predicted_where_timed,
         )
 
     root = profile_of(model, "", 0)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..engine.communication import CollectiveTotals
-from ..estimates.devices import DeviceSpec
+from ..estimates.devices import DeviceSpec, describes
 from .generation import GenerationCount
 from .hierarchy import ModuleProfile
 from ..core.model_io import ModelCall
@@ -107,6 +107,14 @@ class ProfileSummary:
     predicted_s: Optional[float] = None
     """The forward's time the roofline predicts on :attr:`prediction_device` (None: not asked for)."""
     prediction_device: Optional[DeviceSpec] = None
+    measured_on: Optional[str] = None
+    """The device the timed pass ran on, by name: ``"cpu"``, or the GPU's (None: not timed)."""
+
+    @property
+    def predicted_where_timed(self) -> bool:
+        """Whether :attr:`prediction_device` is the device the forward was timed on: only then are
+        the two times compared."""
+        return self.prediction_device is not None and self.measured_on is not None and describes(self.prediction_device, self.measured_on)
 
     @property
     def intensity(self) -> Optional[float]:
@@ -141,9 +149,10 @@ class ProfileSummary:
 
     @property
     def predicted_to_measured(self) -> Optional[float]:
-        """The forward's predicted time over its measured one without the timing hooks (None: not both)."""
+        """The forward's predicted time over its measured one without the timing hooks (None: not
+        both, or not of the same device)."""
         measured = self.unhooked_forward_s
-        if self.predicted_s is None or measured is None or measured <= 0:
+        if self.predicted_s is None or measured is None or measured <= 0 or not self.predicted_where_timed:
             return None
         return self.predicted_s / measured
 

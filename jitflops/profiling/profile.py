@@ -25,8 +25,8 @@ from ..timing.peak_flops import model_peak_flops
 from ..core.records import BACKWARD, RECOMPUTE
 from ..estimates.byte_count import ByteCountAnalysis
 from ..estimates.roofline import DeviceLike, PredictedTimeAnalysis
-from ..estimates.devices import device_spec
-from ..timing.timed_pass import time_modules
+from ..estimates.devices import describes, device_spec
+from ..timing.timed_pass import device_name, model_device, time_modules
 
 Progress = Callable[[Iterator[int], int, str], Iterator[int]]
 
@@ -107,7 +107,9 @@ def profile_model(
         step = training_step_analysis(model, call, backward) if backward else None
         communication = communication_of(step or flops)  # the backward's collectives too, where it was recorded
         predicted = flops.of_same_recording(PredictedTimeAnalysis, device=spec).by_module(emit_warnings=False) if spec is not None else None
-        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication, predicted)
+        measured_on = device_name(model_device(model, call)) if timed else None
+        predicted_where_timed = spec is not None and measured_on is not None and describes(spec, measured_on)
+        root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication, predicted, predicted_where_timed)
         backward_macs, recompute_macs = backward_macs_of(step) if step else (None, None)
         summary = ProfileSummary.of(
             root, model, call, model_parallel_size,
@@ -120,6 +122,7 @@ def profile_model(
             fallback_reason=flops.fallback_reason,
             collectives=tuple(communication.by_collective().values()) if communication else (),
             prediction_device=spec,
+            measured_on=measured_on,
         )
         return ModelProfile(root, summary, profile_convention(elementwise), rows, timing.spans if timing else (), None, flops, activations)
 

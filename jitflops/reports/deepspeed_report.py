@@ -91,6 +91,8 @@ def _roofline_lines(summary: ProfileSummary) -> list[str]:
         lines.append(_line(f"predicted fwd latency on {spec.name} (roofline, {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte)", _seconds(summary.predicted_s)))
         if summary.predicted_to_measured is not None:
             lines.append(_line("predicted / measured fwd latency (without the timing hooks)", f"{summary.predicted_to_measured:.3g}"))
+        elif summary.measured_on is not None:
+            lines.append(_line("predicted / measured fwd latency", f"not compared: predicted on {spec.name}, measured on {summary.measured_on}"))
     return lines
 
 

@@ -56,7 +56,8 @@ UNITS = {
     "ridge": "the prediction device's ridge point: the intensity above which an op is compute-bound",
     "bound": "compute or memory: the intensity (the forward's, a module's) against the prediction device's ridge point (efficiency x peak / efficiency x bandwidth)",
     "predicted_s": "seconds the roofline predicts on prediction_device: per op max(flops / (efficiency x peak), bytes / (efficiency x bandwidth)) + a launch cost, summed",
-    "predicted_to_measured": "predicted_s / the measured median latency (the whole forward's: without the timing hooks; null: not timed)",
+    "predicted_to_measured": "predicted_s / the measured median latency (the whole forward's: without the timing hooks; null: not timed, or timed on another device than prediction_device)",
+    "measured_on": "the device the timed pass ran on: cpu, or the GPU's name (null: not timed)",
 }
 
 
@@ -107,6 +108,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "bound": summary.bound,
             "predicted_s": summary.predicted_s,
             "predicted_to_measured": summary.predicted_to_measured,
+            "measured_on": summary.measured_on,
             "comm_bytes": summary.comm_bytes,
             "collectives": [totals.as_dict() for totals in summary.collectives],
             "slowest_rank": profile.slowest_rank,

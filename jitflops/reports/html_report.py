@@ -301,6 +301,10 @@ def profile_to_html(profile: ModelProfile, memory_bandwidth: Optional[float] = N
         f"forward {summary.forward.median * 1e3:.3f} ms (median of {len(summary.forward.samples)} runs) on {html.escape(summary.device)}"
         if summary.forward is not None else "not timed: latency, FLOP/s, MFU and the roofline need a timed profile"
     )
+    if summary.predicted_s is not None and summary.prediction_device is not None:
+        compared = (f", {summary.predicted_to_measured:.2f} x measured" if summary.predicted_to_measured is not None
+                    else f" (not compared: measured on {summary.measured_on})" if summary.measured_on is not None else "")
+        timing += f"; predicted on {html.escape(summary.prediction_device.name)} (roofline) {summary.predicted_s * 1e3:.3f} ms{html.escape(compared)}"
     body = (
         f'<div class="jf" id="{root_id}"><style>{_STYLE}</style>'
         f"<h2>{html.escape(profile.root.type_name)}: {summary.macs:,} MACs, {summary.flops:,} FLOPs, {summary.params:,} params</h2>"

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Optional, Sequence, Union
 
-from tabulate import tabulate
-
 from ..core.table import pipe_table
 from ..estimates.devices import DeviceSpec
 from ..estimates.memory_estimate import CATEGORIES, MemoryEstimate
@@ -51,16 +49,17 @@ def memory_summary(estimate: MemoryEstimate, memory: Union[None, int, str, Devic
 
 
 def memory_table(estimate: MemoryEstimate, max_depth: Optional[int] = 3) -> str:
-    """One row per module down to ``max_depth``: bytes per category, submodules included."""
+    """One row per module down to ``max_depth``: bytes per category, submodules included. Each
+    module by its full name, indented by its depth, as ``flop_count_table`` shows them."""
     rows = []
     for module in estimate.modules.values():
         depth = module.name.count(".") + 1 if module.name else 0
         if max_depth is not None and depth > max_depth:
             continue
-        label = ("  " * depth + module.name.rpartition(".")[2]) if module.name else "(model)"
+        label = " " * depth + module.name if module.name else "(model)"
         rows.append([label] + [format_bytes(getattr(module, column)) if getattr(module, column) else "" for column in _COLUMNS])
     headers = ["module"] + [column.replace("_", " ") for column in _COLUMNS]
-    return tabulate(rows, headers=headers, tablefmt="pipe", colalign=("left",) + ("right",) * len(_COLUMNS))
+    return pipe_table(rows, headers, colalign=("left",) + ("right",) * len(_COLUMNS))
 
 
 def lever_table(levers: Sequence[LeverEstimate], where: str) -> str:

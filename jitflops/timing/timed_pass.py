@@ -177,6 +177,11 @@ def clock_for(device: torch.device) -> Clock:
     return CudaEventClock(device) if device.type == "cuda" else MonotonicClock()
 
 
+def device_name(device: torch.device) -> str:
+    """A device by the name a spec is matched against: ``"cpu"``, or the GPU's (``torch.cuda.get_device_name``)."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
 def model_device(model: nn.Module, call: ModelCall) -> torch.device:
     """Where the work happens: the device of the first input tensor, else of the first parameter."""
     for tensor in call.tensors():
