@@ -40,7 +40,10 @@ from .reports.file_output import check_writable, write_text
 from .reports.formatting import deepspeed_bytes, deepspeed_seconds, format_quantity, format_seconds
 from .estimates.memory_estimate import MemoryEstimate
 from .estimates.memory_footprint import largest_fitting, memory_footprint
+from .estimates.error_bands import error_band, error_note
+from .estimates.generation_time import predict_generation
 from .estimates.memory_levers import LeverEstimate, what_would_fit
+from .estimates.training_step_time import predict_training_step
 from .reports.memory_report import lever_table, memory_summary, memory_table
 from .profiling.model_profile import ModelProfile
 from .named_models import looks_like_model_name, model_from_name
@@ -292,7 +295,9 @@ def make_parser() -> argparse.ArgumentParser:
     inputs.add_argument("--input-ids", help="random token ids of this shape, e.g. 1,128")
     parser.add_argument("--kwargs", help='keyword arguments as JSON; "ones:1,128", "zeros:..", "randn:..", "ids:.." make tensors')
     parser.add_argument("--device", help="cpu, cuda, cuda:N or meta (meta: counts only, no memory); or a device to predict the time on, counted on meta: a name of the device table (h100, a100-40gb, mi300x, ...) or a spec from 'jitflops calibrate'; default: meta for a named model, else cpu")
-    parser.add_argument("--predict", metavar="DEVICE", help="also predict each module's time on DEVICE from a roofline (a name of the device table, or a spec file from 'jitflops calibrate'), beside the measured time with --profile")
+    parser.add_argument("--predict", metavar="DEVICE", help="also predict each module's time on DEVICE (a name of the device table, or a spec file from 'jitflops calibrate'), beside the measured time with --profile")
+    parser.add_argument("--mode", default="eager", choices=["eager", "graph"], help="the execution mode predicted: eager (default), or graph (CUDA graphs: the kernels alone, on a GPU)")
+    parser.add_argument("--generate", type=int, metavar="TOKENS", help="with a device to predict on: also the predicted time of generate() making TOKENS new tokens from the --input-ids prompt (the prefill, the decode steps)")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--profile", action="store_true", help="also time the model: DeepSpeed-style profile")
@@ -362,6 +367,10 @@ def run(args: argparse.Namespace) -> str:
         raise UsageError("--fit needs a device with a memory size: --device h100, a100-80gb, ... (the device table)")
     if args.trace and not args.profile:
         raise UsageError("--trace needs --profile (it records the timed pass)")
+    if (args.generate or args.mode != "eager") and prediction is None:
+        raise UsageError("--generate and --mode predict on a device: give --device NAME (or a spec file), or --predict NAME")
+    if args.generate is not None and (args.generate < 1 or not args.input_ids):
+        raise UsageError("--generate TOKENS needs TOKENS >= 1 and a prompt: --input-ids BATCH,LENGTH")
     timed = args.profile or args.ops
     if args.device == "meta" and (timed or args.backward or args.backend == "dispatch"):
         if prediction is not None and args.predict is None:
@@ -395,7 +404,7 @@ def run(args: argparse.Namespace) -> str:
         model, positional, keywords, timed=args.profile, warm_up=args.warm_up, repeats=args.repeats,
         with_ops=args.ops, elementwise=args.elementwise, progress=_progress(args.quiet),
         backend=args.backend, backward=args.backward, peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
-        device=prediction,
+        device=prediction, mode=args.mode,
     )
     estimate, fitted, levers = _memory(args, model, positional, keywords, prediction) if args.memory else (None, None, ())
     if args.trace:
@@ -405,8 +414,10 @@ def run(args: argparse.Namespace) -> str:
     report = render(args, profile, estimate)
     summary = profile.summary
     if prediction is not None and args.format in ("table", "tree") and not args.profile:  # the DeepSpeed printout and the JSON say it themselves
-        report += (f"\n\nPredicted forward on {prediction.name} (roofline, {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
-                   f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte")
+        report += (f"\n\nPredicted forward on {prediction.name} ({args.mode}; {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
+                   f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte; {error_note(prediction, 'forward')}")
+    if prediction is not None and (args.generate or (args.train and not args.fit)):
+        report = _with_predicted_steps(args, report, model, positional, keywords, prediction)
     if estimate is not None:
         report = _with_memory(args, report, estimate, fitted, prediction, levers)
     if named and args.format in ("table", "tree") and not (args.profile and args.format == "table"):  # the DeepSpeed printout and the JSON say it themselves
@@ -415,6 +426,35 @@ def run(args: argparse.Namespace) -> str:
         assert prediction is not None
         raise NothingFits(f"even a {args.fit} of 1 does not fit on {prediction.name} (what would fit is printed above)", report)
     return report
+
+
+def _with_predicted_steps(args: argparse.Namespace, report: str, model: nn.Module, positional: tuple[Any, ...], keywords: dict[str, Any],
+                          device: DeviceSpec) -> str:
+    """The report with the predicted training step (``--train``) and generation (``--generate``) on
+    ``device``, each with its measured error: in the JSON document, or printed after the report."""
+    predicted: dict[str, Any] = {}
+    lines = []
+    if args.train:
+        step = predict_training_step(model, positional, keywords, device=device, optimizer=args.train, mode=args.mode)
+        predicted["training_step"] = {"total_s": step.total_s, "forward_s": step.forward_s, "backward_s": step.backward_s, "optimizer_s": step.optimizer_s,
+                                      "error_band": error_band(device, "training step")}
+        lines.append(f"Predicted training step on {device.name} ({args.mode}; {args.train}): {deepspeed_seconds(step.total_s)} = forward "
+                     f"{deepspeed_seconds(step.forward_s)} + backward {deepspeed_seconds(step.backward_s)} + optimizer {deepspeed_seconds(step.optimizer_s)}; "
+                     f"{error_note(device, 'training step')}")
+    if args.generate:
+        ids = positional[0] if positional else keywords["input_ids"]
+        generation = predict_generation(model, ids, args.generate, device=device, mode=args.mode)
+        predicted["generation"] = {"prefill_s": generation.prefill_s, "decode_s": generation.decode_s, "first_decode_s": generation.first_decode_s,
+                                   "last_decode_s": generation.last_decode_s, "new_tokens": args.generate, "total_s": generation.total_s,
+                                   "error_bands": {"prefill": error_band(device, "prefill"), "decode step": error_band(device, "decode step")}}
+        lines.append(f"Predicted generate() on {device.name} ({args.mode}; {args.generate} new tokens from {ids.shape[-1]}): {deepspeed_seconds(generation.total_s)} = "
+                     f"prefill {deepspeed_seconds(generation.prefill_s)} ({error_note(device, 'prefill')}) + {generation.decode_steps} decode steps of "
+                     f"{deepspeed_seconds(generation.decode_s)} on average ({error_note(device, 'decode step')})")
+    if args.format == "json":
+        document = json.loads(report)
+        document["predicted"] = predicted
+        return json.dumps(document, indent=1)
+    return report + "\n\n" + "\n".join(lines)
 
 
 def _run_program(args: argparse.Namespace) -> str:
@@ -492,11 +532,12 @@ def _with_memory(args: argparse.Namespace, report: str, estimate: MemoryEstimate
 
 def calibrate_main(argv: Sequence[str]) -> int:
     """``jitflops calibrate``: measure this machine's device and save (or print) its spec."""
-    parser = argparse.ArgumentParser(prog="jitflops calibrate", description="Measure this machine's matmul FLOP/s per dtype, copy bandwidth and launch time, as a device spec for --device SPEC.json.")
+    parser = argparse.ArgumentParser(prog="jitflops calibrate", description="Measure what this machine achieves op family by op family (products, convolutions, attention, elementwise ops, norms, gathers, the host's time per call), within a time budget, as a device spec for --device SPEC.json.")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     parser.add_argument("--output", help="write the spec here (JSON); default: print it")
+    parser.add_argument("--budget", type=float, metavar="SECONDS", help="the calibration's time (default: 40, or the environment's JITFLOPS_CALIBRATION_BUDGET_S)")
     args = parser.parse_args(argv)
-    spec = calibrate(args.device)
+    spec = calibrate(args.device, budget_s=args.budget)
     if args.output:
         write_text(args.output, spec.to_json())
     else:

@@ -36,12 +36,12 @@ the scale checks: a Llama-shaped model with 1.2B real bf16 parameters at 4096 to
 peak RSS over the loaded model), the 70B Llama configuration on the meta device (time, peak RSS),
 the growth of the analysis time when the layer count doubles, and the timing overhead of the
 profile's timed pass on BERT-base. Then the bytes: what counting them adds to a count (the bytes
-from the count's own recording), and the roofline's error on this CPU, calibrated here, against the
-timed pass (``tools/roofline_accuracy.py``). Prints one table and writes the same figures as JSON.
+from the count's own recording). Prints one table and writes the same figures as JSON. (The
+predicted time's error is measured in rounds by ``tools/time_accuracy.py``.)
 
     python tools/bench.py                   # everything (about 25 minutes on 2 cores)
     python tools/bench.py --models bert-base resnet-50 --repeats 3 --json /tmp/bench.json
-    python tools/bench.py --only search     # one section (bytes, roofline, search), its JSON entry replaced
+    python tools/bench.py --only search     # one section (bytes, search, fresh), its JSON entry replaced
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ PEERS = ("FlopCounterMode", "fvcore", "ptflops pytorch", "ptflops aten", "thop",
 """The counters a user could pick instead of jitflops."""
 TOOLS = ("forward", "trace", "jitflops", "jitflops real", "jitflops+reports", "dispatch", "export", "FCM fake", *PEERS)
 MEMORY_TOOLS = ("jitflops", "jitflops real", "fvcore", "FlopCounterMode")
-SECTIONS = {"bytes": "byte_count_cost", "roofline": "roofline_error", "search": "search_space", "fresh": "fresh_process"}
+SECTIONS = {"bytes": "byte_count_cost", "search": "search_space", "fresh": "fresh_process"}
 """The sections ``--only`` runs alone, and their entries in the JSON."""
 META_TOOLS = ("trace", "jitflops", "jitflops+reports", "export")
 """What runs on a model built on the meta device: fvcore's handles, FlopCounterMode and the
@@ -452,17 +452,6 @@ def print_byte_count_cost(costs: dict[str, dict[str, float]]) -> None:
     print(pipe_table(rows, ["model", "count ms", "bytes ms (same recording)", "added"]))
 
 
-def roofline_error(repeats: int) -> dict[str, Any]:
-    sys.path.insert(0, str(REPO / "tools"))
-    import roofline_accuracy
-    from jitflops.timing.calibration import calibrate
-
-    spec = calibrate("cpu")
-    rows = [roofline_accuracy.accuracy(name, spec, repeats) for name in roofline_accuracy.MODELS]
-    print(roofline_accuracy.table(rows, spec))
-    return {"device": json.loads(spec.to_json()), "models": rows}
-
-
 class _Block(torch.nn.Module):
     """An inverted residual block (MobileNetV2's) of a search space's candidate."""
 
@@ -606,8 +595,6 @@ def main() -> None:
     if options.only == "bytes":
         section: Any = byte_count_cost(bytes_models, options.repeats)
         print_byte_count_cost(section)
-    elif options.only == "roofline":
-        section = roofline_error(options.repeats)
     elif options.only == "search":
         section = search_space()
         print_search_space(section)
@@ -675,11 +662,9 @@ def main() -> None:
           f"whole runs: {sharded['profiled_s']:.2f} s against {sharded['plain_s']:.2f} s without ({100 * sharded['run_cost']:.1f}%)")
     print()
     print_byte_count_cost(bytes_cost)
-    print()
-    roofline = roofline_error(options.repeats)
     document = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": options.repeats,
                 "models": results, "llama_1b_bf16": real_1b, "llama_70b_meta": big, "layer_scaling": growth, "timed_pass_overhead": overhead,
-                "sharded_profiling_cost": sharded, "byte_count_cost": bytes_cost, "roofline_error": roofline, "search_space": search,
+                "sharded_profiling_cost": sharded, "byte_count_cost": bytes_cost, "search_space": search,
                 "fresh_process": fresh}
     Path(options.json).write_text(json.dumps(document, indent=2))
     print(f"\nwritten: {options.json}", file=sys.stderr)

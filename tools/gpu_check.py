@@ -1,10 +1,13 @@
 """The GPU check, in one command, for a machine with a GPU and no network where torch is installed.
 
 It calibrates the GPU (``jitflops calibrate``) and runs the CUDA tests (``tests/test_cuda.py``: the
-counts of CUDA's kernels; the timed pass with CUDA events). For the zoo in bfloat16 and float32, it
-compares the roofline's predicted time, on the calibrated spec and on the datasheet's, with the
-forward without hooks at batch 1 and 8, and the prediction without launch costs with the kernels'
-summed time (``torch.profiler``); it keeps the timed pass per leaf module and its hooks' overhead.
+counts of CUDA's kernels; the timed pass with CUDA events). For the zoo in bfloat16 and float32, at
+batch 1 and 8, it compares the predicted time, on the calibrated spec and on the datasheet's, with
+the eager forward without hooks, the prediction without the host's time with the kernels' summed
+time (``torch.profiler``), the graph mode's prediction with the forward captured as a CUDA graph
+and replayed, the training step's (AdamW) with a steady step, and for the decoders ``generate``'s
+prefill and mean decode step (32 tokens from 128) with theirs; it keeps the timed pass per leaf
+module and its hooks' overhead.
 It compares the memory estimate (inference and an AdamW step; of the model on the CPU with the
 GPU's allocator rounding, and of the model on the GPU, on fake CUDA tensors) with
 ``torch.cuda.max_memory_allocated`` and ``MemTracker`` of the same steady step. It writes one JSON,
@@ -50,10 +53,20 @@ from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
 from jitflops import memory_footprint, profile_model  # noqa: E402
 from jitflops.estimates.roofline import PredictedTimeAnalysis  # noqa: E402
 from jitflops.timing.calibration import calibrate  # noqa: E402
-from jitflops.estimates.devices import DeviceSpec, spec_of_gpu  # noqa: E402
-from jitflops.examples import all_examples  # noqa: E402
+from jitflops.estimates.devices import HOST_KINDS, DeviceSpec, spec_of_gpu  # noqa: E402
+from jitflops.estimates.generation_time import predict_generation  # noqa: E402
+from jitflops.estimates.training_step_time import predict_training_step  # noqa: E402
+from jitflops.examples import all_examples, llama_config  # noqa: E402
 
 MODELS = ["bert-base", "gpt2", "vit-b16", "resnet-50", "mobilenet-v2", "t5-small", "llama-gqa"]
+TRANSFORMERS = ("bert-base", "gpt2", "t5-small", "llama-gqa")
+"""The zoo's transformers, whose training step is compared."""
+DECODERS: dict[str, Callable[[], torch.nn.Module]] = {
+    "gpt2": lambda: __import__("transformers").GPT2LMHeadModel(__import__("transformers").GPT2Config()),
+    "llama-gqa": lambda: __import__("transformers").LlamaForCausalLM(llama_config(256, 2, 8, 2, 688, vocab=1000)),
+}
+"""The zoo's decoders with their language-model heads, whose ``generate`` is compared."""
+PROMPT, NEW_TOKENS = 128, 32
 BATCHES = (1, 8)
 """Batch 1, where an eager forward on a GPU waits on the CPU to launch its kernels, and 8."""
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -98,9 +111,101 @@ def kernel_seconds(model: torch.nn.Module, args: Any, kwargs: Any, device: str) 
     return sum(event.self_device_time_total for event in profiler.events() if event.device_type == DeviceType.CPU) / 1e6
 
 
-def _predicted(model: torch.nn.Module, args: Any, kwargs: Any, spec: DeviceSpec) -> float:
-    analysis = PredictedTimeAnalysis(model, args, kwargs, device=spec).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+def _predicted(model: torch.nn.Module, args: Any, kwargs: Any, spec: DeviceSpec, mode: str = "eager") -> float:
+    analysis = PredictedTimeAnalysis(model, args, kwargs, device=spec, mode=mode).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     return analysis.total()
+
+
+def graph_seconds(model: torch.nn.Module, args: Any, kwargs: Any, device: str, repeats: int) -> float:
+    """The median replay of the forward captured as a CUDA graph, timed by CUDA events: the kernels
+    without the host (``mode="graph"``'s prediction)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.no_grad(), torch.cuda.stream(stream):
+        for _ in range(3):  # warm-up on a side stream, as torch's docs ask before a capture
+            model(*args, **kwargs)
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        model(*args, **kwargs)
+    samples = []
+    for _ in range(2 + repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(samples[2:])
+
+
+def training_seconds(model: torch.nn.Module, args: Any, kwargs: Any, device: str, steps: int) -> float:
+    """The median of ``steps`` steady AdamW steps (torch's default: ``foreach`` on a GPU), synchronised."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters())
+    samples = []
+    for _ in range(2 + steps):
+        _synchronize(device)
+        start = time.perf_counter()
+        _loss(model(*args, **kwargs)).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _synchronize(device)
+        samples.append(time.perf_counter() - start)
+    model.eval()
+    return statistics.median(samples[2:])
+
+
+def decode_seconds(model: torch.nn.Module, ids: torch.Tensor, device: str, new_tokens: int) -> tuple[float, float]:
+    """``generate``'s prefill forward and its mean decode forward, each synchronised and timed by hooks."""
+    times: list[float] = []
+    started: list[float] = []
+
+    def before(module: torch.nn.Module, inputs: Any) -> None:
+        _synchronize(device)
+        started.append(time.perf_counter())
+
+    def after(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+        _synchronize(device)
+        times.append(time.perf_counter() - started[-1])
+    handles = [model.register_forward_pre_hook(before), model.register_forward_hook(after)]
+    try:
+        runs = []
+        for _ in range(3):
+            times.clear()
+            with torch.no_grad():
+                model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+            runs.append((times[0], statistics.mean(times[1:])))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return statistics.median(run[0] for run in runs[1:]), statistics.median(run[1] for run in runs[1:])
+
+
+def compare_steps(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceSpec], steps: int) -> dict[str, Any]:
+    """A transformer's AdamW step, and a decoder's ``generate`` (32 tokens from 128), at batch 1 and
+    8, against ``predict_training_step`` and ``predict_generation`` on each spec."""
+    model, args, kwargs = all_examples()[name].instantiate("cpu")
+    model = model.to(device=device, dtype=dtype)
+    args, kwargs = _cast(args, device, dtype), _cast(kwargs, device, dtype)
+    result: dict[str, Any] = {"model": name, "dtype": str(dtype).removeprefix("torch."), "batches": {}}
+    for batch in BATCHES:
+        batch_args, batch_kwargs = _batched(args, batch), _batched(kwargs, batch)
+        measured = training_seconds(model, batch_args, batch_kwargs, device, steps)
+        row: dict[str, Any] = {"training_s": measured, "specs": {}}
+        for label, spec in specs.items():
+            predicted = predict_training_step(model, batch_args, batch_kwargs, device=spec)
+            row["specs"][label] = {"training_predicted_s": predicted.total_s, "training_error": predicted.total_s / measured - 1}
+        if name in DECODERS:
+            decoder = DECODERS[name]().to(device=device, dtype=dtype).eval()
+            ids = torch.randint(0, 1000, (batch, PROMPT), device=device)
+            prefill, decode = decode_seconds(decoder, ids, device, NEW_TOKENS)
+            row.update(prefill_s=prefill, decode_s=decode)
+            for label, spec in specs.items():
+                predicted_generation = predict_generation(decoder, ids, NEW_TOKENS, device=spec)
+                row["specs"][label].update(prefill_error=predicted_generation.prefill_s / prefill - 1, decode_error=predicted_generation.decode_s / decode - 1)
+        result["batches"][str(batch)] = row
+    return result
 
 
 def compare(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceSpec], repeats: int) -> dict[str, Any]:
@@ -125,11 +230,16 @@ def compare(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceS
             batch_args, batch_kwargs = _batched(args, batch), _batched(kwargs, batch)
             row: dict[str, Any] = {"eager_s": eager_seconds(model, batch_args, batch_kwargs, device, repeats),
                                    "kernel_s": kernel_seconds(model, batch_args, batch_kwargs, device), "specs": {}}
+            if device.startswith("cuda"):
+                row["graph_s"] = _guarded(f"{name} graph capture", lambda: graph_seconds(model, batch_args, batch_kwargs, device, repeats))
             for label, spec in specs.items():
                 predicted = _predicted(model, batch_args, batch_kwargs, spec)
-                kernels = _predicted(model, batch_args, batch_kwargs, replace(spec, launch_s=0.0))
+                kernels = _predicted(model, batch_args, batch_kwargs, replace(spec, launch_s=0.0, host_s=dict.fromkeys(HOST_KINDS, 0.0)))
                 row["specs"][label] = {"predicted_s": predicted, "error_vs_eager": predicted / row["eager_s"] - 1,
                                        "kernel_predicted_s": kernels, "error_vs_kernels": kernels / row["kernel_s"] - 1 if row["kernel_s"] else None}
+                if isinstance(row.get("graph_s"), float):
+                    graph = _predicted(model, batch_args, batch_kwargs, spec, "graph")
+                    row["specs"][label].update(graph_predicted_s=graph, error_vs_graph=graph / row["graph_s"] - 1)
             result["batches"][str(batch)] = row
     return result
 
@@ -244,6 +354,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--no-tests", action="store_true", help="skip the CUDA tests")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory estimates")
+    parser.add_argument("--no-steps", action="store_true", help="skip the training steps and generation")
+    parser.add_argument("--steps", type=int, default=3, help="timed training steps per model, dtype and batch")
     parser.add_argument("--tests", default="cuda", help="run the CUDA tests matching this pytest -k expression (default: all)")
     parser.add_argument("--output", default="gpu_check.json")
     args = parser.parse_args(argv)
@@ -264,6 +376,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "datasheet": None if datasheet is None else datasheet.name,
         "tests": None,
         "models": [],
+        "steps": [],
         "memory": [],
     }
     print(f"calibrated {calibrated.name}: {calibrated.to_json()}", flush=True)
@@ -278,6 +391,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             output.write_text(json.dumps(document, indent=1))
             if "failed" not in row:
                 print(_model_line(row), flush=True)
+    for dtype in [] if args.no_steps else args.dtypes:
+        for name in [model for model in args.models if model in TRANSFORMERS]:
+            row = _guarded(f"{name} {dtype} steps", lambda: compare_steps(name, args.device, DTYPES[dtype], specs, args.steps))
+            document["steps"].append(row)
+            output.write_text(json.dumps(document, indent=1))
+            print(json.dumps(row)[:600], flush=True)
     for dtype in [] if args.no_memory else args.dtypes:
         for name in args.models:
             rows = _guarded(f"{name} {dtype} memory", lambda: compare_memory(name, args.device, DTYPES[dtype], datasheet))
@@ -285,7 +404,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             output.write_text(json.dumps(document, indent=1))
             for row in rows if isinstance(rows, list) else []:
                 print(_memory_line(row), flush=True)
-    failed = [row["failed"] for row in document["models"] + document["memory"] if "failed" in row]
+    failed = [row["failed"] for row in document["models"] + document["steps"] + document["memory"] if "failed" in row]
     tests_failed = document["tests"] is not None and document["tests"]["returncode"] != 0
     return 1 if failed or tests_failed else 0
 

@@ -117,6 +117,16 @@ def tensors_inside(value: Any, depth: int = 3) -> list[torch.Tensor]:
     return [tensor for child in children for tensor in tensors_inside(child, depth - 1)]
 
 
+def generation_cache(output: Any) -> Any:
+    """The generation cache of a model output (``cache`` in newer transformers, ``past_key_values``
+    before), or None."""
+    for key in ("cache", "past_key_values"):
+        found = output.get(key) if isinstance(output, Mapping) else None
+        if found is not None:
+            return found
+    return None
+
+
 def tensor_leaves(value: Any) -> tuple[torch.Tensor, ...]:
     """Every tensor inside a model output, in order; other leaves (None, strings, caches) are dropped.
 

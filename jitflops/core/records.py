@@ -248,6 +248,9 @@ class EagerOpRecord(OpRecord):
         self._inputs = list(inputs)
         self._outputs = list(outputs)
         self._arg_names = tuple(arg_names) if arg_names is not None else None
+        self.nested = False
+        """Made below a call that had already made an op (``F.linear``'s ``addmm`` after its ``t``):
+        no call of Python's of its own (the dispatch front end tells)."""
 
     @property
     def inputs(self) -> list[Any]:

@@ -416,7 +416,7 @@ class JitModelAnalysis:
             if not self._may_fall_back():
                 raise JitflopsError(f"{reason}: {USE_DISPATCH}")
             self._falling_back(reason)
-        return record_with_dispatch, (self._model, self._call, self._aliases, self._backward)
+        return self._record_with_dispatch, (self._model, self._call, self._aliases, self._backward)
 
     def _record_exported(self) -> OpSource:
         """The export backend's recording: the program given, or the model exported (strict=False)."""
@@ -424,6 +424,16 @@ class JitModelAnalysis:
 
         program, inner = (self._program, "") if self._program is not None else export_model(self._model, self._call)
         return record_program(program, self._aliases, self._call if self._sized_by_call else None, inner)
+
+    def _record_with_dispatch(self, model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], backward: Optional[BackwardFn]) -> OpSource:
+        """The dispatch backend's recording; the composite calls :meth:`_whole_calls` names recorded whole."""
+        return record_with_dispatch(model, call, aliases, backward, whole=self._whole_calls())
+
+    @classmethod
+    def _whole_calls(cls) -> tuple[str, ...]:
+        """Composite ops the dispatch backend records where Python calls them, beyond its own
+        (:data:`~jitflops.frontends.dispatch_trace.FUNCTION_LEVEL_KINDS`): none for a count."""
+        return ()
 
     def _may_fall_back(self) -> bool:
         return self._backend == "jit" and not self._strict and self._compute is not False
@@ -444,7 +454,7 @@ class JitModelAnalysis:
         if not self._may_fall_back() or self._program is not None:
             raise error
         try:
-            trace = record_with_dispatch(self._model, self._call, self._aliases, None)
+            trace = self._record_with_dispatch(self._model, self._call, self._aliases, None)
         except Exception:
             raise error  # the model fails eagerly too: the trace's error says where
         exported = self._counted_by == "export"

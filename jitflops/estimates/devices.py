@@ -24,7 +24,14 @@ from typing import Any, Mapping, Optional, Union
 
 import torch
 
+from .measured_curves import Curve, ProductGrid
+
 TERA = 1e12
+
+HOST_KINDS = ("op", "view", "scalar", "module", "backward")
+"""What an eager step spends host time on: a call that dispatches a kernel, a view or other
+metadata-only op, a read of a size or scalar, an ``nn.Module`` call, and the autograd engine's call
+of a backward op (no Python)."""
 
 DTYPE_KEYS = ("float64", "float32", "tf32", "bfloat16", "float16", "float8", "int8")
 """The keys of a spec's peaks: torch's dtype names, ``tf32`` for float32 matmuls on tensor cores,
@@ -61,6 +68,20 @@ class DeviceSpec:
     launch_s: float = 5e-6
     """A fixed cost per kernel (a CUDA launch, an eager op's dispatch on the CPU)."""
     source: str = ""
+    products: Mapping[str, ProductGrid] = field(default_factory=dict)
+    """Measured product rates per dtype key, by rows and weight size (``jitflops calibrate``): where
+    an op's dtype has one, a product's time is read from it, not from the peak and curve above."""
+    kernel_curves: Mapping[str, Curve] = field(default_factory=dict)
+    """Measured kernel times per op family (``jitflops calibrate``; :mod:`jitflops.estimates.costs`
+    names the families and their units of work): where an op's family has one, its kernel's time is
+    read from it; elsewhere from the roofline."""
+    host_s: Mapping[str, float] = field(default_factory=dict)
+    """Seconds of host time per eager call by kind (:data:`HOST_KINDS`: :mod:`jitflops.estimates.execution`):
+    Python, dispatch and allocation, spent before a kernel starts. Where a kind is missing,
+    :attr:`launch_s` stands for an op and a backward op, and nothing for the rest."""
+    emulated: tuple[str, ...] = ()
+    """Dtype keys the device computes without vector units (bfloat16 on a CPU without AVX-512 BF16
+    or AMX): calibrated on small products only."""
     matches: tuple[str, ...] = field(default=(), compare=False)
     """Fragments of ``torch.cuda.get_device_name`` that name this device, most specific first."""
 
@@ -87,6 +108,15 @@ class DeviceSpec:
                 problems.append(f"{name} must be in (0, 1], got {value!r}")
         if not isinstance(self.launch_s, (int, float)) or self.launch_s < 0:
             problems.append(f"launch_s must be a non-negative number of seconds, got {self.launch_s!r}")
+        for key in [*self.products, *self.emulated]:
+            if key not in DTYPE_KEYS:
+                problems.append(f"products and emulated take dtype keys, got {key!r} (known: {', '.join(DTYPE_KEYS)})")
+        for family, points in self.kernel_curves.items():
+            if not points or any(len(point) != 2 or not point[0] > 0 or not point[1] > 0 for point in points) or list(points) != sorted(points):
+                problems.append(f"kernel_curves[{family!r}] must be (work > 0, seconds > 0) pairs in increasing work, got {points!r}")
+        for kind, seconds in self.host_s.items():
+            if kind not in HOST_KINDS or not isinstance(seconds, (int, float)) or seconds < 0:
+                problems.append(f"host_s takes {', '.join(HOST_KINDS)} to non-negative seconds, got {kind!r}: {seconds!r}")
         if problems:
             raise DeviceSpecError(f"device spec {self.name!r}: " + "; ".join(problems))
 
@@ -118,6 +148,10 @@ class DeviceSpec:
         document = {name: value for name, value in dataclasses.asdict(self).items() if name != "matches"}
         return json.dumps(document, indent=1)
 
+    def host_seconds(self, kind: str) -> float:
+        """Host time of an eager call of ``kind`` (:data:`HOST_KINDS`)."""
+        return self.host_s.get(kind, self.launch_s if kind in ("op", "backward") else 0.0)
+
     @classmethod
     def from_mapping(cls, document: Mapping[str, Any], origin: str = "") -> "DeviceSpec":
         known = {field.name for field in dataclasses.fields(cls)} - {"matches"}
@@ -128,7 +162,13 @@ class DeviceSpec:
             raise DeviceSpecError(f"device spec {origin or document.get('name', '?')!r}: {'; '.join(parts)} (keys: {', '.join(sorted(known))})")
         curve = tuple(tuple(point) for point in document.get("compute_curve", ()))
         curves = {key: tuple(tuple(point) for point in points) for key, points in document.get("dtype_curves", {}).items()}
-        return cls(**{**document, "peak_flops": dict(document["peak_flops"]), "compute_curve": curve, "dtype_curves": curves})
+        try:
+            products = {key: ProductGrid.from_mapping(grid) for key, grid in document.get("products", {}).items()}
+        except (KeyError, TypeError, ValueError) as error:
+            raise DeviceSpecError(f"device spec {origin or document.get('name', '?')!r}: products: {error}") from None
+        kernels = {family: tuple(tuple(point) for point in points) for family, points in document.get("kernel_curves", {}).items()}
+        return cls(**{**document, "peak_flops": dict(document["peak_flops"]), "compute_curve": curve, "dtype_curves": curves, "products": products,
+                      "kernel_curves": kernels, "host_s": dict(document.get("host_s", {})), "emulated": tuple(document.get("emulated", ()))})
 
 
 _WIDER = {"float8": ("float8", "int8", "bfloat16", "float16"), "int8": ("int8", "float8", "bfloat16"), "tf32": ("tf32", "float32"),

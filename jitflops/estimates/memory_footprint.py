@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import _pytree as pytree
 
 from .devices import DeviceSpec, device_spec, is_cpu_spec
-from ..frontends.dispatch_trace import default_backward
+from ..frontends.dispatch_trace import loss_backward
 from ..core.errors import TraceError
 from .fake_sharding import TensorParallelPlan, fake_process_group, shard_like_fsdp2, shard_like_tensor_parallel
 from .memory_estimate import (
@@ -36,28 +36,11 @@ from .memory_estimate import (
 )
 from .memory_recorder import BACKWARD, FORWARD, OPTIMIZER, MemoryRecorder, MemoryRecording
 from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
-from ..core.model_io import ModelCall, tensor_leaves, tensors_inside
+from ..core.model_io import ModelCall, generation_cache, tensor_leaves, tensors_inside
 from .optimizers import OptimizerChoice, optimizer_factory
 
 GPU_ROUNDING = 512
 """The CUDA caching allocator's block size: every allocation is rounded up to it."""
-
-
-def _loss_backward(output: Any) -> None:
-    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
-    if isinstance(loss, torch.Tensor) and loss.requires_grad:
-        loss.backward()
-    else:
-        default_backward(output)
-
-
-def _cache_of(output: Any) -> Any:
-    """The generation cache of a model output (``cache`` in newer transformers, ``past_key_values`` before)."""
-    for key in ("cache", "past_key_values"):
-        found = output.get(key) if isinstance(output, Mapping) else None
-        if found is not None:
-            return found
-    return None
 
 
 def _is_gpu(device: Optional[DeviceSpec]) -> bool:
@@ -264,13 +247,13 @@ def _run(step: _Step, factory: Optional[Callable[..., torch.optim.Optimizer]], a
         autocasting = torch.autocast(device_type, dtype=autocast) if autocast is not None else nullcontext()
         with recorder.phase(FORWARD), torch.set_grad_enabled(optimizer is not None), autocasting:
             output = step.call.run(model)
-        _claim_all(step, tensor_leaves(output) + tuple(tensors_inside(_cache_of(output))), "outputs")
+        _claim_all(step, tensor_leaves(output) + tuple(tensors_inside(generation_cache(output))), "outputs")
         for index in recorder.recording.saved:
             step.categories.setdefault(index, "saved_activations")
         if optimizer is None:
             return output
         with recorder.phase(BACKWARD):
-            _loss_backward(output)
+            loss_backward(output)
             del output
         for p in trainable:
             step.claim(p.grad, "gradients", owners[id(p)])
@@ -323,7 +306,7 @@ def _step_optimizer(optimizer: torch.optim.Optimizer, trainable: list[torch.Tens
 
 
 def _kv_cache(output: Any, call: ModelCall, length: int) -> KVCache:
-    cache = _cache_of(output)
+    cache = generation_cache(output)
     tensors = {id(t.untyped_storage()): t for t in tensors_inside(cache, depth=4)} if cache is not None else {}
     ids = next((t for t in call.tensors() if not t.is_floating_point() and t.dim() == 2), None)
     if not tensors or ids is None:

@@ -1,12 +1,14 @@
-"""Time predicted from a roofline, per op, summed per module: on a named device, before the model runs.
+"""Time predicted per op, summed per module: on a named device or this machine's calibrated spec, before the model runs.
 
-Each op takes ``max(FLOPs / (efficiency x peak for its dtype), bytes / (efficiency x bandwidth))``
-plus a fixed cost per kernel (:class:`~jitflops.estimates.devices.DeviceSpec`; a calibrated spec's compute
-efficiency follows the op's size: small products reach less of the peak); FLOPs are 2 x the MACs of the
-FLOP formulas, bytes the op's traffic (:mod:`jitflops.handles.traffic`). Ops that move nothing (views)
-take no time. What the model leaves out: fusion (each op is its own kernel, reading and writing its
-tensors), the overlap of communication with compute, and caches (every op's tensors come from
-memory). It is counted from the same recording as the FLOPs, on meta or fake tensors too.
+Each op costs its kernel (:mod:`jitflops.estimates.costs`: read from the curve a calibration
+measured for its family; on a datasheet device, the roofline ``max(FLOPs / (efficiency x peak),
+bytes / (efficiency x bandwidth))`` plus a fixed cost per kernel) and the host's time of its eager
+call, by what it is (an op, a view, a size read; a module entered costs a call too): how the two add
+up is the execution mode's (:mod:`jitflops.estimates.execution`: on a CPU in turn, on a GPU as
+two streams, with CUDA graphs the kernels alone). FLOPs are 2 x the MACs of the FLOP formulas, bytes
+the op's traffic (:mod:`jitflops.handles.traffic`). What the model leaves out: fusion (each op is its
+own kernel), the overlap of communication with compute, and caches between ops. It is counted from
+the same recording as the FLOPs, on meta or fake tensors too.
 """
 
 from __future__ import annotations
@@ -17,25 +19,23 @@ from typing import Any, Iterator, Optional, Union
 import torch
 from torch import nn
 
+from ..core.op_source import OpSource
+from ..core.records import FORWARD, OpRecord
 from ..engine.counting import Statistics, run_handle, statistics_of
-from .devices import DeviceSpec, device_spec, dtype_key
+from ..engine.jit_analysis import JitModelAnalysis
 from ..frontends.program_source import ProgramSource
 from ..handles import FLOP_FORMULAS, Handle, ShapeFormula
 from ..handles.convolution import CUDNN_TF32_KINDS
 from ..handles.traffic import BYTES_FORMULAS, METADATA_OPS, TrafficFormulas
-from ..engine.jit_analysis import JitModelAnalysis
-from ..core.op_source import OpSource
-from ..core.records import OpRecord, TensorMeta
+from .costs import compute_dtype, kernel_seconds, roofline_seconds  # noqa: F401  (the roofline's names where they were)
+from .devices import DeviceSpec, device_spec, is_cpu_spec
+from .execution import MODES, Timeline, host_kind, modules_entered
 
 DeviceLike = Union[str, DeviceSpec, Mapping[str, Any]]
 
-
-def roofline_seconds(flops: float, traffic: float, peak: float, spec: DeviceSpec, dtype: str = "float32") -> float:
-    """One kernel's time: the slower of its compute and its memory traffic, plus its launch;
-    ``dtype``: the key of the peak and of the compute curve (:func:`~jitflops.estimates.devices.dtype_key`)."""
-    if not flops and not traffic:
-        return 0.0
-    return max(flops / (spec.compute_share(flops, dtype) * peak), traffic / (spec.memory_efficiency * spec.memory_bandwidth)) + spec.launch_s
+WHOLE_CALLS = ("aten::scaled_dot_product_attention",)
+"""What a time's dispatch recording keeps whole: attention runs as one fused kernel on a device,
+where meta and fake tensors take its math path (products, a softmax, masks)."""
 
 
 def tf32_allowed(kind: str) -> bool:
@@ -44,31 +44,38 @@ def tf32_allowed(kind: str) -> bool:
     return torch.backends.cudnn.allow_tf32 if kind in CUDNN_TF32_KINDS else torch.backends.cuda.matmul.allow_tf32
 
 
-def compute_dtype(op: OpRecord) -> Optional[torch.dtype]:
-    """The dtype an op computes in: its first floating-point (else first) tensor input's."""
-    tensors = [value for value in op.inputs if isinstance(value, TensorMeta) and value.dtype is not None]
-    floating = [value.dtype for value in tensors if value.dtype.is_floating_point]
-    return floating[0] if floating else (tensors[0].dtype if tensors else None)
+class OpTimes(Mapping[str, Handle]):
+    """Every op's predicted seconds on ``spec`` in ``mode``: what it adds to the end of the run, ops
+    taken in the order they ran (a :class:`~jitflops.estimates.execution.Timeline`). ``called``: the
+    modules that ran (a module entered costs the host a call)."""
 
-
-class RooflineFormulas(Mapping[str, Handle]):
-    """Every op's predicted seconds on ``spec``, from its FLOP formula (if any) and its traffic."""
-
-    def __init__(self, spec: DeviceSpec, flop_handles: Mapping[str, Handle], traffic: TrafficFormulas) -> None:
-        self._spec, self._flops, self._traffic = spec, flop_handles, traffic
+    def __init__(self, spec: DeviceSpec, mode: str, flop_handles: Mapping[str, Handle], traffic: TrafficFormulas, called: frozenset[str]) -> None:
+        self._spec, self._flops, self._traffic, self._called = spec, flop_handles, traffic, called
+        self._timeline = Timeline(mode, overlapped=not is_cpu_spec(spec))
+        self._module: Optional[str] = None
         self._formula = ShapeFormula(self.seconds)
 
-    def seconds(self, op: OpRecord) -> float:
+    def kernel(self, op: OpRecord) -> float:
+        """The seconds of ``op``'s kernel alone."""
         flop_handle = self._flops.get(op.kind)
         flops = 2 * sum(run_handle(flop_handle, op).values()) if flop_handle is not None else 0
         byte_handle = self._traffic.get(op.kind)
         traffic = sum(run_handle(byte_handle, op).values()) if byte_handle is not None else 0
-        dtype, tf32 = compute_dtype(op), tf32_allowed(op.kind)
-        return roofline_seconds(float(flops), float(traffic), self._spec.peak_for(dtype, tf32), self._spec, dtype_key(dtype, tf32))
+        return kernel_seconds(op, self._spec, float(flops), float(traffic), tf32_allowed(op.kind))
+
+    def seconds(self, op: OpRecord) -> float:
+        backward = op.phase != FORWARD
+        kind = host_kind(op.kind, backward)
+        if kind is None:  # bookkeeping, a profiler's marker
+            return 0.0
+        host = 0.0 if getattr(op, "nested", False) and not backward else self._spec.host_seconds(kind)  # below a call already charged
+        if not backward:
+            entered = modules_entered(self._module or "", op.scope, self._called) + (self._module is None)  # the model's own call first
+            host += entered * self._spec.host_seconds("module")
+            self._module = op.scope
+        return self._timeline.add(host, self.kernel(op))
 
     def __getitem__(self, kind: str) -> Handle:
-        if self._traffic.get(kind) is None and kind not in self._flops:
-            raise KeyError(kind)
         return self._formula
 
     def __iter__(self) -> Iterator[str]:
@@ -88,21 +95,48 @@ class PredictedTimeAnalysis(JitModelAnalysis):
     """
 
     def __init__(self, model: Union[nn.Module, ProgramSource], inputs: Any = None, kwargs: Optional[Mapping[str, Any]] = None, *, device: DeviceLike = "h100",
-                 **front_end: Any) -> None:
-        self._spec = device_spec(device)
+                 mode: str = "eager", **front_end: Any) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self._spec, self._mode = device_spec(device), mode
+        if mode == "graph" and is_cpu_spec(self._spec):
+            raise ValueError(f"mode='graph': CUDA graphs replay a GPU's kernels, and {self._spec.name!r} is a CPU's spec")
         super().__init__(model, inputs, kwargs, **front_end)
 
     @property
     def device(self) -> DeviceSpec:
         return self._spec
 
+    @property
+    def mode(self) -> str:
+        """The execution mode predicted (:data:`~jitflops.estimates.execution.MODES`)."""
+        return self._mode
+
     @classmethod
     def _default_ignored_ops(cls) -> frozenset[str]:
-        return METADATA_OPS
+        return frozenset()  # every op costs the host its call, a view or a size read too
+
+    @classmethod
+    def _whole_calls(cls) -> tuple[str, ...]:
+        return WHOLE_CALLS
 
     def _new_like(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> "PredictedTimeAnalysis":
-        return type(self)(model, inputs, kwargs, device=self._spec, **self._front_end_settings())
+        return type(self)(model, inputs, kwargs, device=self._spec, mode=self._mode, **self._front_end_settings())
 
     def _analyze(self, trace: OpSource) -> Statistics:
-        traffic = TrafficFormulas({**BYTES_FORMULAS.handles(), **self._op_handles}, self._ignored_ops)
-        return statistics_of(trace, RooflineFormulas(self._spec, FLOP_FORMULAS.handles(), traffic), self._ignored_ops, self._aliases, self._ancestor_mode)
+        return predicted_statistics(trace, self._spec, self._mode, self._aliases, self._op_handles, self._ignored_ops, self._ancestor_mode)
+
+
+def predicted_statistics(recording: OpSource, spec: DeviceSpec, mode: str, aliases: Mapping[Any, str], traffic_handles: Mapping[str, Handle] = {},
+                         ignored: frozenset[str] = frozenset(), ancestor_mode: str = "owner") -> Statistics:
+    """The predicted seconds of every op of ``recording`` (a JIT trace, a dispatch recording) on
+    ``spec`` in ``mode``, per module and per op, as an analysis' statistics (``traffic_handles``:
+    handles that override the traffic formulas)."""
+    traffic = TrafficFormulas({**BYTES_FORMULAS.handles(), **traffic_handles}, ignored | METADATA_OPS)  # views move nothing, and cost the host their call
+    called = frozenset(name for scope in recording.scopes() for name in scope.split("/") if name)
+    times = OpTimes(spec, mode, FLOP_FORMULAS.handles(), traffic, called)
+    return statistics_of(recording, times, ignored, aliases, ancestor_mode)
+
+
+__all__ = ["BYTES_FORMULAS", "FLOP_FORMULAS", "METADATA_OPS", "MODES", "WHOLE_CALLS", "OpTimes", "PredictedTimeAnalysis", "compute_dtype",
+           "predicted_statistics", "roofline_seconds", "tf32_allowed"]

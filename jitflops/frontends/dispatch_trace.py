@@ -27,7 +27,7 @@ import functools
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -319,6 +319,9 @@ class _OpRecorder(TorchDispatchMode):
         """Whether ops on fake tensors are the model's (it runs on them: a count in symbolic sizes),
         not DTensor's sharding propagation."""
         self.ran_collectives = False
+        self.python_calls = 0
+        """Torch calls Python has made so far (:class:`_FunctionLevelRecorder` counts them)."""
+        self._call_with_an_op = -1
         self.masked_scores = MaskedScorePairing(self.records)
         self._scope_cache: dict[frozenset[str], str] = {}
         self._last_scope: tuple[frozenset[str], str] = (frozenset(), "")
@@ -327,6 +330,8 @@ class _OpRecorder(TorchDispatchMode):
     def add(self, signature: Signature, args: tuple, kwargs: dict, output: Any) -> None:
         path = self._current_scope()
         record = signature.record(args, kwargs, output, path.rpartition("/")[2], self.tracker.phase)
+        record.nested = self._call_with_an_op == self.python_calls  # the Python call made an op already
+        self._call_with_an_op = self.python_calls
         self.records.append((path, record))
         self.masked_scores.after(path, record)
 
@@ -370,15 +375,19 @@ class _OpRecorder(TorchDispatchMode):
 
 
 class _FunctionLevelRecorder(TorchFunctionMode):
-    """Records the ops of :data:`FUNCTION_LEVEL_OPS` as called, and mutes what they decompose into."""
+    """Records the ops of :data:`FUNCTION_LEVEL_OPS` (and ``whole``: more, by Python callable) as
+    called, and mutes what they decompose into; counts Python's torch calls (the ops after the first
+    of one call are marked ``nested``: a time's host charges one call)."""
 
-    def __init__(self, ops: _OpRecorder) -> None:
+    def __init__(self, ops: _OpRecorder, whole: Mapping[Callable[..., Any], str]) -> None:
         super().__init__()
         self.ops = ops
+        self.function_level = {**FUNCTION_LEVEL_OPS, **whole}
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
-        kind = FUNCTION_LEVEL_OPS.get(func)
+        self.ops.python_calls += 1  # the calls it makes run with this mode off: one a call of Python's
+        kind = self.function_level.get(func)
         if kind is None or self.ops.inside_function_level_op:
             return func(*args, **kwargs)
         self.ops.inside_function_level_op += 1
@@ -447,12 +456,35 @@ def default_backward(output: Any) -> None:
     torch.stack(losses).sum().backward()
 
 
+class _Unguarded:
+    """What the recording of a private copy hands its ops instead of a snapshot: nothing is saved."""
+
+    @staticmethod
+    def save_before_write(tensor: torch.Tensor) -> None:
+        return None
+
+
+_UNGUARDED = _Unguarded()
+
+
+def loss_backward(output: Any) -> None:
+    """Backward from the output's ``loss`` where it has one that requires grad (a transformers
+    model given labels), else from the sum of its floating-point outputs (:func:`default_backward`)."""
+    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.requires_grad:
+        loss.backward()
+    else:
+        default_backward(output)
+
+
 def record_with_dispatch(
     model: nn.Module,
     call: ModelCall,
     aliases: Mapping[Any, str],
     backward: Optional[BackwardFn] = None,
     fake_inputs: bool = False,
+    guarded: bool = True,
+    whole: Sequence[str] = (),
 ) -> DispatchTrace:
     """Run ``model`` on ``call`` eagerly under a dispatch mode (and ``backward`` on its output).
     ``fake_inputs``: the call's tensors are fake (sizes in symbols, :mod:`jitflops.engine.symbolic_counts`),
@@ -460,7 +492,8 @@ def record_with_dispatch(
     meta kernels that accept what the devices' kernels run (:data:`~jitflops.frontends.meta_values.DEVICE_META_KERNELS`).
 
     The model comes back unchanged, gradients included: the backward runs on fresh ``.grad``
-    fields, and every parameter's and input's ``.grad`` is put back afterwards.
+    fields, and every parameter's and input's ``.grad`` is put back afterwards. ``guarded=False``:
+    the model is a private copy (a fake one), left as the run leaves it.
     """
     # ModuleTracker names modules ``RootType.child.grandchild``, by any path that reaches them; the
     # root is the "" every scope starts with.
@@ -481,13 +514,13 @@ def record_with_dispatch(
     try:
         with (
             own_cycles_collected(lambda: recorder is not None and recorder.ran_collectives),
-            preserved(model, values_on_write=True) as snapshot,
+            preserved(model, values_on_write=True) if guarded else nullcontext(_UNGUARDED) as snapshot,
             flex_attention_uncompiled(),
             meta_kernels(DEVICE_META_KERNELS) if fake_inputs or holds_meta(list(model.parameters()), call) else nullcontext(),
             torch.set_grad_enabled(backward is not None),
             tracker,
             _OpRecorder(tracker, module_names, snapshot.save_before_write, fake_inputs) as recorder,
-            _FunctionLevelRecorder(recorder),
+            _FunctionLevelRecorder(recorder, {function: kind for kind in whole for function in _python_entry_points(kind)}),
         ):
             output = call.run(model)
             if backward is not None:

@@ -70,6 +70,7 @@ def profile_model(
     peak_flops: Optional[float] = None,
     progress: Optional[Progress] = None,
     device: Optional[DeviceLike] = None,
+    mode: str = "eager",
 ) -> ModelProfile:
     """Count (by trace) and time (eagerly) ``model`` on one call, into one :class:`ModelProfile`.
 
@@ -84,7 +85,8 @@ def profile_model(
     (:mod:`jitflops.profiling.ranks`); a rank that fails is named on every rank. Every profile has the
     bytes each module's ops move; with ``device`` (a name of the device table such as ``"h100"``,
     a spec file, a :class:`~jitflops.estimates.devices.DeviceSpec`) it also has the time the roofline predicts
-    there, per module (:mod:`jitflops.estimates.roofline`), beside the measured time where the call was timed.
+    there, per module (:mod:`jitflops.estimates.roofline`; in execution ``mode``: ``"eager"`` or, for a GPU's
+    spec, ``"graph"``), beside the measured time where the call was timed.
     ``model`` may be an ``ExportedProgram`` or a ``.pt2`` path: counted from its graph
     (``timed=False``; no inputs: the sizes it was exported with).
     """
@@ -106,7 +108,7 @@ def profile_model(
         rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats, flops.of_same_recording(ByteCountAnalysis).op_counts())) if with_ops else ()
         step = training_step_analysis(model, call, backward) if backward else None
         communication = communication_of(step or flops)  # the backward's collectives too, where it was recorded
-        predicted = flops.of_same_recording(PredictedTimeAnalysis, device=spec).by_module(emit_warnings=False) if spec is not None else None
+        predicted = flops.of_same_recording(PredictedTimeAnalysis, device=spec, mode=mode).by_module(emit_warnings=False) if spec is not None else None
         measured_on = device_name(model_device(model, call)) if timed else None
         predicted_where_timed = spec is not None and measured_on is not None and describes(spec, measured_on)
         root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication, predicted, predicted_where_timed)

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from .formatting import deepspeed_bytes, deepspeed_flops, deepspeed_macs, deepspeed_number, deepspeed_params, deepspeed_seconds
 from ..profiling.hierarchy import ModuleProfile
+from ..estimates.error_bands import error_note
 from ..estimates.memory_estimate import CATEGORIES, MemoryEstimate
 from ..profiling.model_profile import ModelProfile, ProfileSummary
 
@@ -88,7 +89,8 @@ def _roofline_lines(summary: ProfileSummary) -> list[str]:
     ]
     spec = summary.prediction_device
     if spec is not None and summary.predicted_s is not None:
-        lines.append(_line(f"predicted fwd latency on {spec.name} (roofline, {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte)", _seconds(summary.predicted_s)))
+        lines.append(_line(f"predicted fwd latency on {spec.name} ({summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte)", _seconds(summary.predicted_s)))
+        lines.append(_line("  its error", error_note(spec, "forward")))
         if summary.predicted_to_measured is not None:
             lines.append(_line("predicted / measured fwd latency (without the timing hooks)", f"{summary.predicted_to_measured:.3g}"))
         elif summary.measured_on is not None:

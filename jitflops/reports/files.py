@@ -21,6 +21,7 @@ import json
 from typing import Any, Optional
 
 from .file_output import write_text
+from ..estimates.error_bands import error_band
 from ..profiling.hierarchy import ModuleProfile
 from ..profiling.op_table import OpRow
 from ..profiling.model_profile import ModelProfile
@@ -55,7 +56,8 @@ UNITS = {
     "intensity": "arithmetic intensity: flops per byte read or written",
     "ridge": "the prediction device's ridge point: the intensity above which an op is compute-bound",
     "bound": "compute or memory: the intensity (the forward's, a module's) against the prediction device's ridge point (efficiency x peak / efficiency x bandwidth)",
-    "predicted_s": "seconds the roofline predicts on prediction_device: per op max(flops / (efficiency x peak), bytes / (efficiency x bandwidth)) + a launch cost, summed",
+    "predicted_s": "seconds predicted on prediction_device: per op its kernel (its family's calibrated curve, or the roofline max(flops / (efficiency x peak), bytes / (efficiency x bandwidth)) + a launch cost) and the host's time of its call, added up by the execution mode",
+    "predicted_error_band": "the measured error of predicted_s on the prediction device's class, [low, high] as fractions (null: not measured there)",
     "predicted_to_measured": "predicted_s / the measured median latency (the whole forward's: without the timing hooks; null: not timed, or timed on another device than prediction_device)",
     "measured_on": "the device the timed pass ran on: cpu, or the GPU's name (null: not timed)",
 }
@@ -107,6 +109,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "ridge": summary.ridge,
             "bound": summary.bound,
             "predicted_s": summary.predicted_s,
+            "predicted_error_band": error_band(summary.prediction_device, "forward") if summary.prediction_device is not None else None,
             "predicted_to_measured": summary.predicted_to_measured,
             "measured_on": summary.measured_on,
             "comm_bytes": summary.comm_bytes,

@@ -1,0 +1,28 @@
+"""The time of each op's kernel on a device, op family by op family (one module each): products,
+convolutions, attention, elementwise ops, reductions and norms, gathers. Each reads the curve a
+calibration measured for its family (:mod:`jitflops.timing.calibration`), or gives None where the
+spec has none, and the roofline prices the op (:func:`kernel_seconds`)."""
+
+from __future__ import annotations
+
+from ...core.records import OpRecord
+from ..devices import DeviceSpec, dtype_key
+from . import attention, convolution, elementwise, gathers, products, reductions  # noqa: F401  (each registers its family)
+from .operands import compute_dtype
+from .registry import KERNEL_COSTS, roofline_seconds
+
+
+def kernel_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float, tf32: bool = False) -> float:
+    """Seconds of ``op``'s kernel on ``spec``: its family's curve, else the roofline. Nothing moved
+    and nothing computed (a view, a size) takes no kernel."""
+    if not flops and not traffic:
+        return 0.0
+    cost = KERNEL_COSTS.get(op.kind)
+    seconds = cost(op, spec, flops, traffic) if cost is not None else None
+    if seconds is not None:
+        return seconds
+    dtype = compute_dtype(op)
+    return roofline_seconds(flops, traffic, spec.peak_for(dtype, tf32), spec, dtype_key(dtype, tf32))
+
+
+__all__ = ["KERNEL_COSTS", "compute_dtype", "kernel_seconds", "roofline_seconds"]

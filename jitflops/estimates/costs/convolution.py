@@ -1,0 +1,32 @@
+"""Convolutions' kernels: a 1 x 1 convolution of stride 1 is a product (the positions by the channels'
+matrix: the product grid); a depthwise one (a filter per channel) and any other have curves of
+their own by FLOPs."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ...core.records import OpRecord, TensorMeta
+from ..devices import DeviceSpec, dtype_key
+from ..measured_curves import curve_seconds
+from .operands import compute_dtype
+from .products import product_seconds
+from .registry import KERNEL_COSTS, curve_of
+
+
+@KERNEL_COSTS.register("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::mkldnn_convolution")
+def convolution_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
+    x, w = op.input(0), op.input(1)
+    if not isinstance(x, TensorMeta) or not isinstance(w, TensorMeta) or not w.shape or not x.shape or flops <= 0:
+        return None
+    dtype = dtype_key(compute_dtype(op))
+    groups = op.arg_or("groups", 1)
+    stride = op.arg_or("stride", [1])
+    transposed = op.arg_or("transposed", False)
+    if not transposed and groups == 1 and all(size == 1 for size in w.shape[2:]) and all(step == 1 for step in stride):
+        channels = w.shape[1]
+        return product_seconds(spec, dtype, x.numel / channels, math.prod(w.shape[:2]), flops)
+    family = "depthwise_convolution" if groups > 1 and w.shape[1] == 1 else "convolution"
+    curve = curve_of(spec, family, dtype)
+    return curve_seconds(curve, flops) if curve is not None else None

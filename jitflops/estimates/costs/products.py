@@ -1,0 +1,68 @@
+"""Matrix products' kernels: a product of M rows by a K x N weight at the rate the spec's product
+grid gives for M and K x N, and where it adds a bias, the copy of the bias into its output that
+comes first (``addmm``'s); a batched product (attention's, ``bmm``) on its batched curve by FLOPs; a
+grouped product of experts (``_grouped_mm``) as its groups' mean rows by one expert's weight."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ...core.records import OpRecord, TensorMeta
+from ..devices import DeviceSpec, dtype_key
+from ..measured_curves import curve_seconds
+from .registry import KERNEL_COSTS, curve_of
+from .operands import compute_dtype
+
+
+def product_seconds(spec: DeviceSpec, dtype: str, rows: float, weight: float, flops: float) -> Optional[float]:
+    """``flops`` of ``rows`` rows by a weight of ``weight`` elements, at the grid's rate (None: no grid)."""
+    grid = spec.products.get(dtype) or spec.products.get("float32")
+    if grid is None or flops <= 0:
+        return None
+    return flops / grid.rate(max(rows, 1.0), max(weight, 1.0))
+
+
+def _with_bias(spec: DeviceSpec, seconds: Optional[float], bias: object, output_elements: float) -> Optional[float]:
+    """A product's time with the copy of its bias into its output, where it has a bias."""
+    copy = curve_of(spec, "copy")
+    if seconds is None or not isinstance(bias, TensorMeta) or copy is None:
+        return seconds
+    return seconds + curve_seconds(copy, output_elements)
+
+
+def _batched(spec: DeviceSpec, dtype: str, flops: float) -> Optional[float]:
+    curve = curve_of(spec, "bmm", dtype)
+    return curve_seconds(curve, flops) if curve is not None and flops > 0 else None
+
+
+@KERNEL_COSTS.register("aten::linear")
+def linear_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
+    x, w = op.input(0), op.input(1)
+    if not isinstance(x, TensorMeta) or not isinstance(w, TensorMeta) or not w.shape:
+        return None
+    rows = x.numel / max(w.shape[-1], 1)
+    seconds = product_seconds(spec, dtype_key(compute_dtype(op)), rows, math.prod(w.shape), flops)
+    return _with_bias(spec, seconds, op.input(2), rows * w.shape[0])
+
+
+@KERNEL_COSTS.register("aten::addmm", "aten::mm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::einsum")
+def matrix_product_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
+    """A product whose second operand is a matrix (a weight): the grid; a batched one: its curve."""
+    dtype = dtype_key(compute_dtype(op))
+    matrices = [value for value in op.inputs if isinstance(value, TensorMeta) and value.shape is not None and len(value.shape) >= 2]
+    if op.kind in ("aten::addmm", "aten::mm", "aten::matmul") and len(matrices) >= 2 and len(matrices[-1].shape) == 2:
+        a, b = matrices[-2], matrices[-1]
+        rows = a.numel / max(a.shape[-1], 1)
+        seconds = product_seconds(spec, dtype, rows, math.prod(b.shape), flops)
+        return _with_bias(spec, seconds, op.input(0) if op.kind == "aten::addmm" else None, rows * b.shape[-1])
+    return _batched(spec, dtype, flops)
+
+
+@KERNEL_COSTS.register("aten::_grouped_mm")
+def grouped_product_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
+    a, b = op.input(0), op.input(1)
+    if not isinstance(a, TensorMeta) or not isinstance(b, TensorMeta) or len(b.shape or ()) != 3:
+        return None
+    groups = b.shape[0]
+    return product_seconds(spec, dtype_key(compute_dtype(op)), a.shape[0] / groups, b.shape[1] * b.shape[2], flops)

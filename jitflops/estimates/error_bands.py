@@ -1,0 +1,44 @@
+"""The measured error of each predicted figure, by device class: what every printout states beside a prediction.
+
+A prediction without its error is not one. These are the latest measurements of the prediction
+against the time it predicts, on models the cost model was not tuned on (``docs/benchmarks.md``
+keeps the tables): on a CPU by ``tools/time_accuracy.py`` (each round calibrated afresh, a model's
+error the median over rounds; the band is the lowest and highest model's); on a GPU by
+``tools/gpu_check.py``, where one was lent. A figure not measured on a device class says so.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .devices import DeviceSpec, is_cpu_spec
+
+FIGURES = ("forward", "training step", "prefill", "decode step")
+
+MEASURED: dict[str, dict[str, tuple[float, float]]] = {
+    "cpu": {"forward": (-0.17, 0.12), "training step": (-0.41, -0.06), "prefill": (-0.13, 0.16), "decode step": (0.03, 0.09)},
+}
+"""Per device class, per figure: the lowest and highest model's median error, as fractions."""
+
+SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on a 2-core AVX2 CPU, 2026-11-27: docs/benchmarks.md"}
+
+
+def device_class(spec: DeviceSpec) -> str:
+    return "cpu" if is_cpu_spec(spec) else "gpu"
+
+
+def error_band(spec: DeviceSpec, figure: str) -> Optional[tuple[float, float]]:
+    """The measured error band of ``figure`` (:data:`FIGURES`) on ``spec``'s device class (None: not measured)."""
+    if figure not in FIGURES:
+        raise ValueError(f"figure must be one of {FIGURES}, got {figure!r}")
+    return MEASURED.get(device_class(spec), {}).get(figure)
+
+
+def error_note(spec: DeviceSpec, figure: str) -> str:
+    """The band in words, for a printout."""
+    band = error_band(spec, figure)
+    where = device_class(spec)
+    if band is None:
+        return f"error not yet measured on a {where.upper()} for this figure (docs/benchmarks.md)"
+    calibrated = "calibrated " if spec.kernel_curves else "datasheet "
+    return f"measured error {band[0]:+.0%} to {band[1]:+.0%} on a {calibrated}{where.upper()} ({SOURCE[where]})"

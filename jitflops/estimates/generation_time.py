@@ -1,0 +1,98 @@
+"""The time of ``generate()``, predicted: the prefill over the prompt, then each decode step, on a device.
+
+``generate`` runs the model once over the prompt (the prefill, which fills the KV cache) and once
+per new token (a decode step: one token's work, its attention over every position cached before
+it), each call with the positions of its tokens and, where the model takes it, ``logits_to_keep=1``
+(the output layer for the last position alone: a sixth of GPT-2's prefill otherwise). The calls are
+made as ``generate`` makes them. Nothing runs here: a meta copy of the model makes the cache a
+decode step finds, by a forward over as many tokens as the cache then holds, and each call is
+predicted as a forward is (:class:`~jitflops.estimates.roofline.PredictedTimeAnalysis`), from the
+dispatch backend's recording: the path ``generate`` runs eagerly (transformers skips the causal mask
+a trace materialises), and one a trace cannot take on meta tensors (the cache's tensors would
+become the trace's constants). Only attention grows with the cache,
+linearly: the decode steps are predicted at the first and the last position, and the steps between
+them on the line through the two. At a small batch a decode step reads every weight for one token's
+work: it is bound by memory (or by the host, in eager mode), which the op times carry.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core.model_io import ModelCall, generation_cache
+from ..frontends.meta_values import empty_copy
+from .devices import device_spec
+from .roofline import DeviceLike, PredictedTimeAnalysis
+
+
+@dataclass(frozen=True)
+class GenerationTime:
+    """A ``generate()`` call's predicted seconds: the prefill, and its decode steps by position."""
+
+    prefill_s: float
+    first_decode_s: float
+    last_decode_s: float
+    decode_steps: int
+    device: str
+    mode: str
+
+    @property
+    def decode_s(self) -> float:
+        """The mean decode step (they grow linearly with the cache, from the first to the last)."""
+        return (self.first_decode_s + self.last_decode_s) / 2 if self.decode_steps else 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + self.decode_steps * self.decode_s
+
+
+def _generate_call(model: nn.Module, ids: torch.Tensor, cached: int, cache: Any) -> dict[str, Any]:
+    """The keyword arguments ``generate`` calls the model with for ``ids`` after ``cached`` positions."""
+    takes = inspect.signature(model.forward).parameters
+    call: dict[str, Any] = {"input_ids": ids, "use_cache": True}
+    if cache is not None:
+        call["cache" if "cache" in takes else "past_key_values"] = cache
+    if "position_ids" in takes:
+        call["position_ids"] = torch.arange(cached, cached + ids.shape[-1], device=ids.device).expand(ids.shape[0], -1)
+    if "logits_to_keep" in takes:
+        call["logits_to_keep"] = 1
+    return call
+
+
+def _cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
+    """The KV cache a forward over ``ids`` leaves (on meta tensors)."""
+    with torch.no_grad():
+        cache = generation_cache(model(**_generate_call(model, ids, 0, None)))
+    if cache is None:
+        raise ValueError(f"{type(model).__name__} returned no cache with use_cache=True: its decode steps cannot be predicted")
+    return cache
+
+
+def predict_generation(model: nn.Module, input_ids: torch.Tensor, new_tokens: int, *, device: DeviceLike, mode: str = "eager") -> GenerationTime:
+    """The predicted time of ``model.generate(input_ids, max_new_tokens=new_tokens)`` (greedy, with
+    the KV cache, every token generated) on ``device``: one prefill and ``new_tokens - 1`` decode steps."""
+    if new_tokens < 1:
+        raise ValueError(f"new_tokens must be at least 1, got {new_tokens}")
+    spec = device_spec(device)
+    twin, call, _ = empty_copy(model, ModelCall((), {"input_ids": input_ids}))
+    ids = call.kwargs["input_ids"]
+    batch, prompt = ids.shape
+
+    def predicted(inputs: dict[str, Any]) -> float:
+        analysis = PredictedTimeAnalysis(twin, (), inputs, device=spec, mode=mode, backend="dispatch")
+        return analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
+
+    def decode_at(cached: int) -> float:
+        longer = torch.zeros(batch, cached, dtype=ids.dtype, device=ids.device)
+        return predicted(_generate_call(twin, ids[:, -1:], cached, _cache_after(twin, longer)))
+
+    prefill = predicted(_generate_call(twin, ids, 0, None))
+    steps = new_tokens - 1
+    first = decode_at(prompt) if steps else 0.0
+    last = decode_at(prompt + steps - 1) if steps > 1 else first
+    return GenerationTime(prefill, first, last, steps, spec.name, mode)

@@ -1,0 +1,86 @@
+"""The time of a training step, predicted: forward, backward and the optimizer's step, on a device.
+
+The step is recorded on a fake copy of the model (nothing is allocated or computed, the model is
+never touched), in training mode, by the dispatch backend: the forward, then the backward from the
+output's ``loss`` (else from the sum of its floating-point outputs), as the memory estimate runs it.
+The optimizer's step is recorded on the copy's parameters with gradients, its state made by a
+first step: a steady step's ops (AdamW's, per tensor on a CPU, ``foreach`` over lists on a GPU, as
+torch's defaults are). Every op is priced as the forward's are (:mod:`jitflops.estimates.roofline`):
+its kernel and its host time, a backward op's host time the autograd engine's (no Python).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ..core.model_io import ModelCall
+from ..core.records import BACKWARD, FORWARD, RECOMPUTE
+from ..engine.counting import module_aliases
+from ..frontends.dispatch_trace import BackwardFn, loss_backward, record_with_dispatch
+from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
+from .devices import device_spec, is_cpu_spec
+from .optimizers import OptimizerChoice, optimizer_factory
+from .roofline import WHOLE_CALLS, DeviceLike, predicted_statistics
+
+_PHASES = (BACKWARD, RECOMPUTE)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A training step's predicted seconds, by part."""
+
+    forward_s: float
+    backward_s: float
+    """The backward, the forward that activation checkpointing recomputes in it included."""
+    optimizer_s: float
+    device: str
+    mode: str
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.backward_s + self.optimizer_s
+
+
+class _OptimizerStep(nn.Module):
+    """An optimizer's step as a module's call, for the dispatch backend to record."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        super().__init__()
+        self.optimizer = optimizer
+
+    def forward(self) -> None:
+        self.optimizer.step()
+
+
+def predict_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None, *, device: DeviceLike,
+                          optimizer: OptimizerChoice = "adamw", mode: str = "eager", backward: Optional[BackwardFn] = None) -> StepTime:
+    """The predicted time of one training step of ``model`` on ``inputs`` on ``device`` (a name of the
+    device table, a spec file, a spec): forward, backward (``backward``: how to run it from the
+    output; by default from its ``loss``, else the sum of its floating outputs) and a steady step of
+    ``optimizer`` (a name the memory estimate knows, an ``Optimizer`` class or a function of the
+    parameters)."""
+    spec = device_spec(device)
+    call = ModelCall.from_user(inputs, kwargs)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    twin, fake_call, _ = empty_copy(model, call, "cpu", fake_mode)
+    factory = optimizer_factory(optimizer, foreach=not is_cpu_spec(spec))
+    with fake_mode, meta_kernels(DEVICE_META_KERNELS):
+        twin.train()
+        aliases = module_aliases(twin)
+        step = record_with_dispatch(twin, fake_call, aliases, backward or loss_backward, fake_inputs=True, guarded=False, whole=WHOLE_CALLS)
+        parameters = [parameter for parameter in twin.parameters() if parameter.requires_grad]
+        for parameter in parameters:
+            parameter.grad = torch.zeros_like(parameter)
+        stepper = _OptimizerStep(factory(parameters))
+        stepper()  # the optimizer's state: a steady step finds it made
+        update = record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=True, guarded=False)
+    by_phase = {FORWARD: 0.0, BACKWARD: 0.0}
+    for op, seconds in predicted_statistics(step, spec, mode, aliases).counts[""].items():
+        by_phase[BACKWARD if op.partition(".")[0] in _PHASES else FORWARD] += seconds
+    optimizer_s = sum(predicted_statistics(update, spec, mode, module_aliases(stepper)).counts[""].values())
+    return StepTime(by_phase[FORWARD], by_phase[BACKWARD], optimizer_s, spec.name, mode)

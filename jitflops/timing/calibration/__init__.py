@@ -1,0 +1,141 @@
+"""``jitflops calibrate``: what the machine this runs on achieves, op family by op family, as a device spec.
+
+Within one time budget (:mod:`.budget`: 40 s by default, on any machine; ``--budget`` or the
+environment's ``JITFLOPS_CALIBRATION_BUDGET_S`` set another), it measures:
+
+- the host's time per eager call by kind (:mod:`.host`) and the bandwidth of a large copy;
+- products: a grid of rates by rows and weight size per dtype, and batched products by FLOPs
+  (:mod:`.products`); a dtype the device only emulates is found, marked and timed on small products;
+- dense and depthwise convolutions (:mod:`.convolutions`) and fused attention, causal or not
+  (:mod:`.attention`), by FLOPs, per dtype it runs at speed;
+- elementwise ops by kind (:mod:`.elementwise`), norms, softmax and reductions (:mod:`.reductions`)
+  and gathers (:mod:`.gathers`), by elements.
+
+Each family writes its curve into the spec (:class:`~jitflops.estimates.devices.DeviceSpec`'s
+``products``, ``kernel_curves`` and ``host_s``), which :mod:`jitflops.estimates.costs` reads; the
+spec's peaks and compute curves are the products' best rates and their shares, for the roofline of
+the ops no curve covers. ``jitflops calibrate --output spec.json`` saves it; ``--device spec.json``
+predicts with it.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Optional, Sequence
+
+import torch
+
+from ...estimates.devices import DeviceSpec, dtype_key
+from ...estimates.measured_curves import ProductGrid
+from ..peak_flops import memory_bandwidth
+from .attention import attention_curves
+from .budget import DEFAULT_BUDGET_S, Budget, CallTimer, budget_seconds
+from .convolutions import convolution_curves
+from .elementwise import elementwise_curves
+from .gathers import gather_curve
+from .host import host_seconds
+from .products import CPU_MOST_FLOPS, CPU_ROWS, CPU_WIDTHS, GPU_ROWS, GPU_WIDTHS, batched_curve, is_emulated, product_grid
+from .reductions import reduction_curves
+
+CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+SHARES = {"products": 0.40, "batched": 0.06, "convolutions": 0.15, "attention": 0.10, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
+"""Each family's share of the budget (what the host and the bandwidth take, a second or two, comes first)."""
+
+
+@contextmanager
+def _matmul_tf32(allowed: bool) -> Iterator[None]:
+    """float32 products on TF32 tensor cores (``allowed``) or not, for the body."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def monotone_shares(grid: ProductGrid) -> tuple[tuple[float, float], ...]:
+    """The grid's rates as shares of its best by FLOPs, one point per size, made non-decreasing (a
+    larger product reaching less than a smaller one is the machine's noise, not a property to
+    predict): the compute curve of the ops the grid does not price."""
+    rates = sorted((2.0 * rows * weight, rate) for rows, line in zip(grid.rows, grid.rates) for weight, rate in zip(grid.weights, line))
+    best = max(rate for _, rate in rates)
+    points: list[tuple[float, float]] = []
+    for flops, rate in rates:
+        share = max(rate / best, points[-1][1] if points else 0.0)
+        if points and points[-1][0] == flops:
+            points[-1] = (flops, max(points[-1][1], share))
+        else:
+            points.append((flops, share))
+    return tuple(points)
+
+
+def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = None, budget_s: Optional[float] = None,
+              name: Optional[str] = None) -> DeviceSpec:
+    """A spec of ``device`` as measured here within ``budget_s`` seconds (default:
+    :data:`~.budget.DEFAULT_BUDGET_S`, or the environment's :data:`~.budget.BUDGET_VARIABLE`):
+    ``dtypes``' products (float32 and bfloat16; on a GPU also float16 and TF32), and every other
+    family in each of them (an emulated dtype's large sizes are not afforded). Its efficiencies
+    are 1: its rates are what ran."""
+    budget_s = budget_seconds(budget_s)
+    target = torch.device(device)
+    gpu = target.type == "cuda"
+    dtypes = list(dtypes or (CALIBRATED_DTYPES if gpu else (torch.float32, torch.bfloat16)))
+    host = host_seconds(target)
+    bandwidth = memory_bandwidth(str(target), 1024 if gpu else 256)
+    budget = Budget(budget_s - 1.0)  # what the host and the bandwidth took, about
+    cold, warm = CallTimer(target), CallTimer(target, flush=False)
+    on_host = 0.0 if gpu else host["op"]  # a CPU's kernel is timed with its dispatch, which the prediction adds as host time
+    rows, widths = (GPU_ROWS, GPU_WIDTHS) if gpu else (CPU_ROWS, CPU_WIDTHS)
+    most = float("inf") if gpu else CPU_MOST_FLOPS
+
+    variants = [(dtype, False) for dtype in dtypes] + ([(torch.float32, True)] if gpu and torch.float32 in dtypes else [])
+    products_budget = Budget(budget.seconds * SHARES["products"])
+    grids: dict[str, ProductGrid] = {}
+    emulated: list[str] = []
+    for index, (dtype, tf32) in enumerate(variants):
+        key = dtype_key(dtype, tf32)
+        share = Budget(products_budget.left() / (len(variants) - index))
+        float32_best = max(max(line) for line in grids["float32"].rates) if "float32" in grids else 0.0
+        with _matmul_tf32(tf32):
+            if dtype != torch.float32 and is_emulated(cold, dtype, float32_best):
+                emulated.append(key)
+                small = [row for row in rows if row <= 32]
+                grids[key] = product_grid(cold, dtype, share, small, widths[:2], most)
+            else:
+                grids[key] = product_grid(cold, dtype, share, rows, widths, most)
+    kernels: dict[str, tuple[tuple[float, float], ...]] = {}
+    for family, measure in (("batched", lambda dtype, share: {"bmm": batched_curve(cold, dtype, share, (12, 48), (64, 128, 256, 512, 1024))}),
+                            ("convolutions", lambda dtype, share: convolution_curves(cold, dtype, share, on_host)),
+                            ("attention", lambda dtype, share: attention_curves(warm, dtype, share, on_host))):
+        family_budget = Budget(budget.seconds * SHARES[family])
+        for index, dtype in enumerate(dtypes):  # an emulated dtype's large sizes are not afforded
+            share = Budget(family_budget.left() / (len(dtypes) - index))
+            kernels.update({f"{kind}.{dtype_key(dtype)}": curve for kind, curve in measure(dtype, share).items() if curve})
+    kernels.update(elementwise_curves(warm, Budget(budget.seconds * SHARES["elementwise"]), on_host))
+    kernels.update(reduction_curves(warm, Budget(budget.seconds * SHARES["reductions"]), on_host))
+    kernels["gather"] = gather_curve(warm, Budget(budget.seconds * SHARES["gathers"]), on_host)
+    kernels = {family: curve for family, curve in kernels.items() if curve}
+
+    label = name or (torch.cuda.get_device_name(target) if gpu else f"cpu ({torch.get_num_threads()} threads)")
+    curves = {key: monotone_shares(grid) for key, grid in grids.items()}
+    first = dtype_key(dtypes[0])
+    return DeviceSpec(
+        name=label,
+        peak_flops={key: max(max(line) for line in grid.rates) for key, grid in grids.items()},
+        memory_bandwidth=bandwidth,
+        memory_bytes=torch.cuda.get_device_properties(target).total_memory if gpu else None,
+        compute_efficiency=1.0,
+        compute_curve=curves.get(first, ()),
+        dtype_curves=curves,
+        memory_efficiency=1.0,
+        launch_s=host["op"],
+        source=f"measured by jitflops calibrate on {label}, torch {torch.__version__}, in a {budget_s:.0f} s budget",
+        products=grids,
+        kernel_curves=kernels,
+        host_s=host,
+        emulated=tuple(emulated),
+    )
+
+
+__all__ = ["CALIBRATED_DTYPES", "DEFAULT_BUDGET_S", "budget_seconds", "calibrate"]

@@ -1,0 +1,142 @@
+"""The time ``jitflops calibrate`` may take, shared by the op families it measures, and the timing of one call.
+
+Every family gets a share of one budget (:data:`DEFAULT_BUDGET_S` in all: under a minute on any
+machine, whatever its products cost). A family measures its sizes from the smallest up, each a few
+times, and stops where its share is spent: a slow machine or dtype gets fewer points on its curves,
+never a longer calibration. Each call is timed alone: by the host clock on the CPU (whose op returns
+when it is done), by CUDA events around its kernel on a GPU, after a write over a buffer larger than
+the caches (a model's weights come from memory, not from a cache the previous call warmed).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+DEFAULT_BUDGET_S = 40.0
+"""The whole calibration's time: the families' shares add up to it."""
+
+BUDGET_VARIABLE = "JITFLOPS_CALIBRATION_BUDGET_S"
+"""The environment variable that sets another default budget (a test suite's shorter one)."""
+
+
+def budget_seconds(given: Optional[float]) -> float:
+    """The calibration's budget: ``given``, else :data:`BUDGET_VARIABLE`'s, else :data:`DEFAULT_BUDGET_S`."""
+    if given is not None:
+        return given
+    text = os.environ.get(BUDGET_VARIABLE)
+    if text is None:
+        return DEFAULT_BUDGET_S
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{BUDGET_VARIABLE} must be a number of seconds, got {text!r}") from None
+
+REPEATS = 5
+"""Timed calls per size, after one untimed: their median is the size's time."""
+
+MOST_PASSES = 9
+"""Passes over a family's sizes at most (:func:`interleaved_medians`)."""
+
+
+class Budget:
+    """A share of the calibration's time: ``spent()`` says when it is used up."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._start = time.perf_counter()
+
+    def left(self) -> float:
+        return self.seconds - (time.perf_counter() - self._start)
+
+    def spent(self) -> bool:
+        return self.left() <= 0
+
+    def affords(self, seconds: float) -> bool:
+        """Whether a size whose calls take ``seconds`` each can still be timed: an untimed call and
+        one timed one must fit in what is left (a slow dtype's large size is not started)."""
+        return 2 * seconds <= self.left()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class CallTimer:
+    """Times one call at a time on ``device``, its caches flushed before each call (``flush``)."""
+
+    def __init__(self, device: torch.device, flush: bool = True) -> None:
+        self.device = device
+        self._flush = torch.empty(256 * 2**20 if device.type == "cuda" else 64 * 2**20, dtype=torch.uint8, device=device) if flush else None
+
+    def seconds(self, run: Callable[[], object]) -> float:
+        """The time of one ``run()``."""
+        if self._flush is not None:
+            self._flush.fill_(1)
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        started = time.perf_counter()
+        run()
+        return time.perf_counter() - started
+
+    def median(self, run: Callable[[], object], repeats: int = REPEATS) -> float:
+        """The median time of ``repeats`` calls of ``run`` after an untimed one."""
+        run()
+        synchronize(self.device)
+        return statistics.median(self.seconds(run) for _ in range(repeats))
+
+
+Maker = Callable[[], Callable[[], object]]
+"""Makes a size's operands and gives the call to time: called at the size's first turn, so that
+sizes the budget never reaches cost nothing."""
+
+
+def interleaved_medians(timer: CallTimer, budget: Budget, sizes: Sequence[tuple[float, Maker]]) -> list[Optional[float]]:
+    """The median time of each of ``sizes`` ((work, maker) pairs, smallest work first), timed once a
+    pass over all of them, round robin, for as many passes as ``budget`` allows (at least one,
+    :data:`MOST_PASSES` at most): a stretch of time the machine runs slow falls on every size a
+    little, not on a few sizes wholly. A size the rate of the one before it says the budget cannot
+    afford is left out (None), with every larger one."""
+    samples: list[list[float]] = [[] for _ in sizes]
+    calls: list[Callable[[], object]] = []
+    for _ in range(MOST_PASSES):
+        for index, (work, make) in enumerate(sizes):
+            if index == len(calls):  # its first turn
+                before = next(((sizes[previous][0], samples[previous][0]) for previous in range(index - 1, -1, -1) if samples[previous]), None)
+                if budget.spent() or (before is not None and not budget.affords(work * before[1] / before[0])):
+                    break
+                calls.append(make())
+                calls[index]()  # untimed: allocations, kernel selection
+                synchronize(timer.device)
+            elif index == 0:  # untimed after the pass before's largest size: a small op right after a large one's free takes 20 times its time once
+                calls[0]()
+                synchronize(timer.device)
+            samples[index].append(timer.seconds(calls[index]))
+        if budget.spent():
+            break
+    return [statistics.median(times) if times else None for times in samples]
+
+
+def measured_curve(timer: CallTimer, budget: Budget, sizes: Sequence[Any], call_of: Callable[[Any], tuple[float, Maker]],
+                   host_s: float = 0.0) -> tuple[tuple[float, float], ...]:
+    """A family's curve: ``call_of(size)`` gives each size's work and the maker of its call, timed by
+    :func:`interleaved_medians` within ``budget``; ``host_s``, the host's time of an eager call, taken
+    off (a CPU's op is timed with its dispatch: the prediction adds that as host time). (work,
+    seconds) points in increasing work (sizes of equal work: their median), each at least a nanosecond."""
+    made = sorted((call_of(size) for size in sizes), key=lambda pair: pair[0])
+    medians = interleaved_medians(timer, budget, made)
+    by_work: dict[float, list[float]] = {}
+    for (work, _), seconds in zip(made, medians):
+        if seconds is not None:
+            by_work.setdefault(float(work), []).append(max(seconds - host_s, 1e-9))
+    return tuple((work, statistics.median(times)) for work, times in by_work.items())

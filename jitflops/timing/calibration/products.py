@@ -1,0 +1,116 @@
+"""Matrix products: the FLOP/s a product reaches by its rows and its weight's size, per dtype.
+
+A product's rate depends on more than its FLOPs: one row against a 4,096 x 4,096 weight streams the
+weight from memory for 2 FLOPs an element (a CPU reaches a tenth of its peak), while 512 rows reuse
+each weight element 512 times. So products are timed on a grid of rows (tokens) by square weights,
+``F.linear`` as models call it, each call on weights from memory; the spec keeps the grid of rates
+(:class:`~jitflops.estimates.devices.ProductGrid`). Batched products (attention's scores and values)
+get a curve of their own, by FLOPs. A dtype the device computes without vector units (bfloat16 on a
+CPU without AVX-512 BF16 or AMX runs at a hundredth of float32's rate) is found by one small
+product and timed on small products only: it is marked emulated, and a calibration stays within its
+budget on any CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Callable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ...estimates.devices import ProductGrid
+from .budget import Budget, CallTimer, Maker, interleaved_medians, measured_curve
+
+CPU_ROWS = (1, 8, 32, 128, 512, 2048)
+CPU_WIDTHS = (256, 512, 1024, 2048, 4096)
+GPU_ROWS = (1, 8, 64, 512, 4096, 16384)
+GPU_WIDTHS = (1024, 2048, 4096, 8192)
+"""Rows (tokens) and square weights' widths of the grid: a product of M rows by a K x N weight is
+read at M and K x N."""
+
+CPU_MOST_FLOPS = 4e9
+"""Products above this many FLOPs are not timed on a CPU (0.03 to 0.5 s each): the grid takes the
+rate of the largest timed one of their row."""
+
+EMULATED_BELOW = 0.1
+"""A dtype whose small product runs below this share of float32's rate is emulated."""
+
+_PROBE = (128, 512, 512)
+
+
+def _operands(device: torch.device, dtype: torch.dtype, rows: int, width: int, count: int = 3) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    x = torch.randn(rows, width, device=device).to(dtype)
+    return x, [torch.randn(width, width, device=device).to(dtype) for _ in range(count)]
+
+
+def product_rate(timer: CallTimer, dtype: torch.dtype, rows: int, width: int) -> float:
+    """The FLOP/s of ``F.linear`` of ``rows`` by a ``width`` x ``width`` weight in ``dtype``."""
+    x, weights = _operands(timer.device, dtype, rows, width)
+    turns = itertools.cycle(weights)
+    seconds = timer.median(lambda: F.linear(x, next(turns)))
+    return 2.0 * rows * width * width / seconds
+
+
+def has_vector_units(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the CPU computes ``dtype`` natively (bfloat16: AVX-512 BF16 or AMX; float16: AMX-FP16),
+    as torch reports it; a GPU does every dtype it has."""
+    if device.type != "cpu" or dtype in (torch.float32, torch.float64):
+        return True
+    probes = {torch.bfloat16: ("_is_avx512_bf16_supported", "_is_amx_tile_supported"), torch.float16: ("_is_amx_fp16_supported",)}
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes.get(dtype, ()))
+
+
+def is_emulated(timer: CallTimer, dtype: torch.dtype, float32_rate: float) -> bool:
+    """Whether ``dtype``'s products are emulated here: no vector units for it, or a small product far
+    below float32's rate."""
+    if not has_vector_units(timer.device, dtype):
+        return True
+    rows, width, _ = _PROBE
+    try:
+        return product_rate(timer, dtype, rows, width) < EMULATED_BELOW * float32_rate
+    except RuntimeError:  # no product of this dtype here
+        return True
+
+
+def product_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequence[int], widths: Sequence[int],
+                 most_flops: float = float("inf")) -> ProductGrid:
+    """The grid of ``dtype``'s rates, its products timed in interleaved passes (smallest first) while
+    ``budget`` lasts; a product not timed (over ``most_flops``, or one the budget cannot afford)
+    takes the rate of the largest timed one of its row, or of the row below."""
+    operands = functools.lru_cache(maxsize=None)(lambda width: _operands(timer.device, dtype, max(rows), width))  # made at a width's first product
+    cells = sorted(((2.0 * row * width * width, row, width) for row in rows for width in widths if 2.0 * row * width * width <= most_flops))
+
+    def maker(row: int, width: int) -> Maker:
+        def make() -> Callable[[], object]:
+            x, weights = operands(width)
+            rows_of_x, turns = x[:row], itertools.cycle(weights)
+            return lambda: F.linear(rows_of_x, next(turns))
+        return make
+    medians = interleaved_medians(timer, budget, [(flops, maker(row, width)) for flops, row, width in cells])
+    timed = {(row, width): flops / seconds for (flops, row, width), seconds in zip(cells, medians) if seconds is not None}
+    filled: list[tuple[float, ...]] = []
+    for row in rows:
+        line, last = [], None
+        for column, width in enumerate(widths):
+            last = timed.get((row, width), last)
+            line.append(last if last is not None else (filled[-1][column] if filled else float("nan")))
+        filled.append(tuple(line))
+    return ProductGrid(tuple(rows), tuple(width * width for width in widths), tuple(filled))
+
+
+def batched_curve(timer: CallTimer, dtype: torch.dtype, budget: Budget, batches: Sequence[int], lengths: Sequence[int],
+                  head_dim: int = 64) -> tuple[tuple[float, float], ...]:
+    """Batched products as attention runs them, (batch, length, head_dim) by (batch, head_dim,
+    length): (FLOPs, seconds) points."""
+
+    def call_of(size: tuple[int, int]) -> tuple[float, Maker]:
+        batch, length = size
+
+        def make() -> Callable[[], object]:
+            q = torch.randn(batch, length, head_dim, device=timer.device).to(dtype)
+            k = torch.randn(batch, head_dim, length, device=timer.device).to(dtype)
+            return lambda: torch.bmm(q, k)
+        return 2.0 * batch * length * length * head_dim, make
+    return measured_curve(timer, budget, [(batch, length) for batch in batches for length in lengths], call_of)

@@ -1,0 +1,218 @@
+"""The predicted time, part by part, against hand arithmetic: the curves a calibration measures and
+how a time is read from them, each op family's kernel, the host's time per call, the execution
+modes, a training step and generation; and the calibration's time budget on a CPU whose bfloat16
+is emulated."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from jitflops.core.records import BACKWARD, EagerOpRecord, TensorMeta
+from jitflops.estimates.costs import kernel_seconds
+from jitflops.estimates.devices import DeviceSpec, DeviceSpecError
+from jitflops.estimates.execution import Timeline, modules_entered
+from jitflops.estimates.generation_time import predict_generation
+from jitflops.estimates.measured_curves import ProductGrid, curve_seconds
+from jitflops.estimates.roofline import PredictedTimeAnalysis
+from jitflops.estimates.training_step_time import predict_training_step
+
+F32 = torch.float32
+
+
+def _spec(**fields: object) -> DeviceSpec:
+    """A CPU spec of round numbers: a product grid of 1e10 FLOP/s at 1 row to 1e11 at 1,000, every
+    curve 1 ns an element (or a FLOP) above its first point, host calls of 1, 2 and 4 us."""
+    grid = ProductGrid((1, 1000), (100, 10_000), ((1e10, 1e10), (1e11, 1e11)))
+    per_element = ((1000.0, 1e-6), (1e9, 1.0))
+    curves = {family: per_element for family in ("copy", "arithmetic", "inplace", "exp", "tanh", "norm", "batch_norm", "softmax", "reduction", "gather",
+                                                 "bmm.float32", "convolution.float32", "depthwise_convolution.float32", "attention.float32",
+                                                 "causal_attention.float32", "masked_attention.float32", "pool")}
+    settings = dict(name="cpu (test)", peak_flops={"float32": 1e11}, memory_bandwidth=1e10, products={"float32": grid}, kernel_curves=curves,
+                    host_s={"op": 4e-6, "view": 2e-6, "scalar": 1e-6, "module": 3e-6, "backward": 1e-6})
+    return DeviceSpec(**{**settings, **fields})
+
+
+def test_a_curve_is_read_on_log_log_lines_scaled_above_and_floored_below():
+    curve = ((1e3, 1e-6), (1e5, 1e-5))  # 10x the work over the span takes 10^0.5 x the time per 10x
+    assert curve_seconds(curve, 1e4) == pytest.approx(10**-5.5)
+    assert curve_seconds(curve, 1e6) == pytest.approx(1e-4)  # above: at the last point's rate
+    assert curve_seconds(curve, 10) == 1e-6  # below: no less than the smallest timed
+    assert curve_seconds(curve, 0) == 0.0
+
+
+def test_a_product_grid_is_read_between_four_points_on_log_scales():
+    grid = ProductGrid((1, 100), (1, 10_000), ((1.0, 100.0), (100.0, 10_000.0)))
+    assert grid.rate(10, 100) == pytest.approx(100.0)  # halfway on both log axes: the geometric mean of all four
+    assert grid.rate(1000, 1e6) == pytest.approx(10_000.0)  # clamped at the grid's edge
+    with pytest.raises(ValueError, match="2 rows of 2 rates"):
+        ProductGrid((1, 2), (1, 2), ((1.0, 1.0),))
+
+
+def test_a_spec_keeps_every_curve_through_json_and_refuses_bad_ones():
+    spec = _spec()
+    assert DeviceSpec.from_mapping(__import__("json").loads(spec.to_json())) == spec
+    with pytest.raises(DeviceSpecError, match="host_s takes"):
+        _spec(host_s={"launch": 1e-6})
+    with pytest.raises(DeviceSpecError, match=r"kernel_curves\['copy'\] must be"):
+        _spec(kernel_curves={"copy": ((10.0, 1e-6), (1.0, 1e-6))})
+
+
+def _meta(*shape: int, dtype: torch.dtype = F32) -> TensorMeta:
+    return TensorMeta(tuple(shape), dtype)
+
+
+def test_a_linear_layer_costs_its_product_at_the_grids_rate_and_its_bias_copy():
+    spec = _spec()
+    x, w, b, out = _meta(1000, 100), _meta(100, 100), _meta(100), _meta(1000, 100)
+    flops = 2.0 * 1000 * 100 * 100
+    with_bias = EagerOpRecord("aten::linear", [x, w, b], [out], ["input", "weight", "bias"])
+    without = EagerOpRecord("aten::linear", [x, w, None], [out], ["input", "weight", "bias"])
+    assert kernel_seconds(without, spec, flops, 1.0) == pytest.approx(flops / 1e11)  # 1,000 rows by 1e4 weights: 1e11 FLOP/s
+    assert kernel_seconds(with_bias, spec, flops, 1.0) == pytest.approx(flops / 1e11 + 1e-9 * 1000 * 100)  # + the bias copied into 1e5 outputs
+
+
+def test_each_family_reads_its_own_curve_by_its_own_work():
+    spec = _spec(kernel_curves={**_spec().kernel_curves, "tanh": ((1000.0, 3e-6), (1e9, 3.0)), "pool": ((1000.0, 5e-6), (1e9, 5.0))})
+    x = _meta(1 << 20)
+    tanh = EagerOpRecord("aten::tanh", [x], [x], ["self"])
+    gelu_tanh = EagerOpRecord("aten::gelu", [x, "tanh"], [x], ["self", "approximate"])
+    add = EagerOpRecord("aten::add", [x, x, 1], [x], ["self", "other", "alpha"])
+    assert kernel_seconds(tanh, spec, 0, 8.0) == pytest.approx(3e-9 * (1 << 20))
+    assert kernel_seconds(gelu_tanh, spec, 0, 8.0) == pytest.approx(3e-9 * (1 << 20))  # GELU's tanh approximation is a tanh
+    assert kernel_seconds(add, spec, 0, 8.0) == pytest.approx(1e-9 * (1 << 20))
+    pool = EagerOpRecord("aten::max_pool2d", [_meta(1, 64, 32, 32), [3, 3], [2, 2]], [_meta(1, 64, 16, 16)], ["self", "kernel_size", "stride"])
+    assert kernel_seconds(pool, spec, 0, 8.0) == pytest.approx(5e-9 * 64 * 32 * 32)  # by the elements it reads
+    view = EagerOpRecord("aten::view", [x, [1024, 1024]], [_meta(1024, 1024)], ["self", "size"])
+    assert kernel_seconds(view, spec, 0, 0) == 0.0
+
+
+def test_without_a_curve_an_op_takes_the_roofline():
+    spec = DeviceSpec("gpu (test)", {"float32": 1e12}, 1e12, compute_efficiency=0.5, memory_efficiency=0.5, launch_s=2e-6)
+    x = _meta(1000, 1000)
+    op = EagerOpRecord("aten::mm", [x, x], [x], ["self", "mat2"])
+    assert kernel_seconds(op, spec, 2e9, 12e6) == pytest.approx(max(2e9 / 0.5e12, 12e6 / 0.5e12) + 2e-6)
+
+
+def test_host_and_kernels_take_turns_on_a_cpu_and_overlap_on_a_gpu():
+    cpu = Timeline("eager", overlapped=False)
+    assert [cpu.add(2, 3), cpu.add(2, 0)] == [5, 2] and cpu.end == 7
+    gpu = Timeline("eager", overlapped=True)  # host-bound ops: the device waits for each issue
+    assert [gpu.add(5, 1), gpu.add(5, 1)] == [6, 5] and gpu.end == 11
+    busy = Timeline("eager", overlapped=True)  # device-bound ops: the host runs ahead
+    assert [busy.add(1, 10), busy.add(1, 10), busy.add(1, 0)] == [11, 10, 0] and busy.end == 21
+    graph = Timeline("graph", overlapped=True)  # CUDA graphs: the kernels alone
+    assert [graph.add(5, 1), graph.add(5, 1)] == [1, 1]
+    with pytest.raises(ValueError, match="mode must be one of"):
+        Timeline("compiled")
+
+
+def test_a_module_entered_costs_the_host_a_call():
+    called = frozenset({"encoder", "encoder.layer.0", "encoder.layer.0.attention", "encoder.layer.1", "encoder.layer.1.attention"})
+    assert modules_entered("", "encoder.layer.0.attention", called) == 3
+    assert modules_entered("encoder.layer.0.attention", "encoder.layer.0", called) == 0  # back in its owner
+    assert modules_entered("encoder.layer.0.attention", "encoder.layer.1.attention", called) == 2  # encoder.layer is a ModuleList: not called
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(100, 100), nn.Linear(100, 100, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.relu(self.first(x)))
+
+
+def test_a_forward_is_its_ops_host_calls_and_kernels_by_hand():
+    """Two products (the first with its bias copy) and a ReLU, each an op's host call; three
+    modules entered (the model, ``first``, ``second``)."""
+    spec = _spec()
+    x = torch.randn(1000, 100)
+    flops = 2.0 * 1000 * 100 * 100
+    expected = 3 * 4e-6 + 3 * 3e-6 + 2 * flops / 1e11 + 1e-9 * 1000 * 100 + 1e-9 * 1000 * 100
+    analysis = PredictedTimeAnalysis(_Mlp(), x, device=spec)
+    assert analysis.total() == pytest.approx(expected)
+    assert analysis.total("second") == pytest.approx(4e-6 + 3e-6 + flops / 1e11)
+    assert analysis.unsupported_ops() == {}
+    with pytest.raises(ValueError, match="CUDA graphs replay a GPU's kernels"):
+        PredictedTimeAnalysis(_Mlp(), x, device=spec, mode="graph")
+    gpu = _spec(name="gpu (test)")
+    assert PredictedTimeAnalysis(_Mlp(), x, device=gpu, mode="graph").total() == pytest.approx(2 * flops / 1e11 + 2e-9 * 1000 * 100)
+
+
+def test_an_sgd_training_step_by_hand():
+    """SGD without momentum updates each parameter in place once (``add_``): the optimizer's step is
+    its call, three host calls and three in-place kernels (its profiler markers cost nothing); the
+    backward's ops take the autograd engine's host time."""
+    spec = _spec()
+    model = _Mlp()
+    step = predict_training_step(model, torch.randn(1000, 100), device=spec, optimizer="sgd")
+    assert step.optimizer_s == pytest.approx(3e-6 + 3 * 4e-6 + 1e-9 * 2 * 100 * 100 + 1e-6)  # its call; the bias's 100 elements at the curve's floor
+    forward = PredictedTimeAnalysis(model, torch.randn(1000, 100), device=spec, backend="dispatch").total()
+    loss = 1e-9 * 1000 * 100 + 6 * 4e-6  # the sum of the output's 1e5 elements, and a few calls (a sum, a stack, ones for its gradient)
+    assert forward < step.forward_s <= forward + loss  # the dispatcher's ops as in eval mode, and the loss
+    assert step.backward_s > 2 * 2 * 1000 * 100 * 100 / 1e11  # each product's two gradient products, at least
+    assert step.total_s == pytest.approx(step.forward_s + step.backward_s + step.optimizer_s)
+    assert all(p.grad is None for p in model.parameters())  # the model is never touched
+
+
+def test_generation_is_a_prefill_and_decode_steps_that_grow_with_the_cache():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.zeros(1, 16, dtype=torch.long)
+    spec = _spec()
+    predicted = predict_generation(model, ids, 32, device=spec)
+    call = {"input_ids": ids, "use_cache": True, "position_ids": torch.arange(16)[None], "logits_to_keep": 1}  # as generate() calls it
+    prefill = PredictedTimeAnalysis(model, (), call, device=spec, backend="dispatch").total()
+    assert predicted.prefill_s == pytest.approx(prefill)
+    assert predicted.decode_steps == 31 and predicted.first_decode_s < predicted.last_decode_s < predicted.prefill_s
+    assert predicted.total_s == pytest.approx(prefill + 31 * (predicted.first_decode_s + predicted.last_decode_s) / 2)
+    assert all(p.device.type == "cpu" for p in model.parameters())  # run on a meta copy
+
+
+def _slow_bfloat16(function):
+    """``function`` as a CPU without bfloat16 vector units runs it: 0.3 GFLOP/s per product FLOP, as
+    the issue's EPYC measured, for bfloat16 operands."""
+    def slow(*args, **kwargs):
+        operands = [value for value in args if isinstance(value, torch.Tensor)]
+        if operands and operands[0].dtype == torch.bfloat16:
+            time.sleep(math.prod(operands[0].shape) * (operands[1].shape[-1] if len(operands) > 1 else 1) * 2 / 0.3e9)
+        return function(*args, **kwargs)
+    return slow
+
+
+def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch):
+    """With every bfloat16 product, convolution and attention made as slow as on a CPU without
+    bfloat16 vector units, a calibration of a 6 s budget ends within it, and marks bfloat16 emulated."""
+    from jitflops.timing.calibration import calibrate, products
+
+    for name in ("linear", "conv2d", "scaled_dot_product_attention"):
+        monkeypatch.setattr(F, name, _slow_bfloat16(getattr(F, name)))
+    monkeypatch.setattr(torch, "bmm", _slow_bfloat16(torch.bmm))
+    monkeypatch.setattr(products, "has_vector_units", lambda device, dtype: dtype == torch.float32)
+    started = time.perf_counter()
+    spec = calibrate("cpu", budget_s=6)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 6 + 4, f"calibrate took {elapsed:.1f} s on a 6 s budget"
+    assert spec.emulated == ("bfloat16",) and set(spec.products) == {"float32", "bfloat16"}
+    assert spec.products["bfloat16"].rows == (1, 8, 32)  # emulated: small products only
+    assert {"copy", "arithmetic", "norm", "softmax", "gather", "attention.float32"} <= set(spec.kernel_curves)
+    assert set(spec.host_s) == {"op", "view", "scalar", "module", "backward"}
+
+
+def test_the_calibration_budget_comes_from_the_environment(monkeypatch):
+    from jitflops.timing.calibration import DEFAULT_BUDGET_S, budget_seconds
+
+    monkeypatch.delenv("JITFLOPS_CALIBRATION_BUDGET_S", raising=False)
+    assert budget_seconds(None) == DEFAULT_BUDGET_S == 40 and budget_seconds(12) == 12
+    monkeypatch.setenv("JITFLOPS_CALIBRATION_BUDGET_S", "7.5")
+    assert budget_seconds(None) == 7.5 and budget_seconds(12) == 12
+    monkeypatch.setenv("JITFLOPS_CALIBRATION_BUDGET_S", "soon")
+    with pytest.raises(ValueError, match="JITFLOPS_CALIBRATION_BUDGET_S must be a number of seconds"):
+        budget_seconds(None)
