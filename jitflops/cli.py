@@ -11,6 +11,9 @@ a ``config.json``, ``timm/NAME``: :mod:`jitflops.named_models`); it is then buil
 device from its configuration alone, ``--config`` settings overriding the file's:
 
     jitflops meta-llama/Llama-3.1-8B --input-ids 1,4096
+
+``jitflops plan`` plans training a model on N GPUs (:mod:`jitflops.planning`); ``jitflops
+calibrate`` measures this machine's device.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ from .reports.memory_report import lever_table, memory_summary, memory_table
 from .profiling.model_profile import ModelProfile
 from .named_models import looks_like_model_name, model_from_name
 from .profiling.profile import profile_model
+from .planning.plan import Planner, plan_training
+from .planning.published_runs import MEGATRON_H100
+from .planning.search import best_layouts
+from .reports.plan_report import plan_text, plans_table
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 OP_SORT_KEYS = {
@@ -545,6 +552,88 @@ def calibrate_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def make_plan_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jitflops plan", description="Plan training a model on N GPUs: memory per GPU, step time, MFU and GPU-hours of a layout, "
+                                     "or the best layouts found (without --tp, --pp or --dp). The model is built on the meta device: nothing is allocated.")
+    parser.add_argument("model", nargs="?", help="a model's name: a Hub id, a model folder or a config.json (built as AutoModelFor<--task>)")
+    parser.add_argument("--example", choices=sorted(name for name, example in all_examples().items() if "transformers" in example.tags),
+                        help="a built-in transformers model (a causal language model: llama-1b, llama-8b, ...)")
+    parser.add_argument("--published", choices=[run.name for run in MEGATRON_H100], help="a row of Megatron-LM's published H100 table: its model, GPUs, batch and layout, "
+                        "and the published throughput beside the plan's")
+    parser.add_argument("--task", default="causal-lm", help="with a model's name: the head (default causal-lm)")
+    parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="config settings overriding the model's")
+    parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES), help="the weights' and activations' dtype (default bfloat16)")
+    parser.add_argument("--device", default="h100", help="a name of the device table (default h100) or a spec file")
+    parser.add_argument("--interconnect", help="the interconnect table's name (default: the device's reference system, e.g. dgx-h100)")
+    parser.add_argument("--gpus", type=int, help="GPUs in all")
+    parser.add_argument("--sequence", "--seq", type=int, default=4096, help="tokens per sequence (default 4096)")
+    parser.add_argument("--batch", "--global-batch", type=int, help="sequences per step (the global batch)")
+    parser.add_argument("--optimizer", default="adamw", help="the optimizer whose state and step are planned (default adamw; the memory estimate's names)")
+    parser.add_argument("--tokens", type=float, help="a token budget: its hours and GPU-hours")
+    layout = parser.add_argument_group("a layout (without one: the best layouts are searched)")
+    layout.add_argument("--tp", type=int, help="tensor-parallel ranks (with sequence parallelism)")
+    layout.add_argument("--pp", type=int, help="pipeline stages")
+    layout.add_argument("--dp", type=int, help="data-parallel replicas (default: the GPUs left)")
+    layout.add_argument("--cp", type=int, default=1, help="context-parallel ranks (not planned yet: 1)")
+    layout.add_argument("--ep", type=int, default=1, help="expert-parallel ranks (not planned yet: 1)")
+    layout.add_argument("--zero", type=int, default=1, choices=[0, 1, 2, 3], help="0: DDP; 1: a distributed optimizer (default); 2: and gradients; 3: FSDP2")
+    layout.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
+    layout.add_argument("--schedule", default="1f1b", choices=["1f1b", "interleaved"], help="the pipeline's schedule (default 1f1b)")
+    layout.add_argument("--virtual-stages", type=int, default=1, help="chunks per pipeline rank (the interleaved schedule)")
+    layout.add_argument("--recompute", default="none", choices=["none", "selective", "full"], help="activation recomputation (default none)")
+    parser.add_argument("--top", type=int, default=10, help="layouts shown from a search (default 10)")
+    parser.add_argument("--format", default="text", choices=["text", "json"])
+    parser.add_argument("--output", help="write the plan to this file (atomically) instead of stdout")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def _plan_model(args: argparse.Namespace) -> tuple[nn.Module, str]:
+    """The model to plan, on the meta device in ``--dtype``, and its name for the printout."""
+    if sum(map(bool, (args.model, args.example, args.published))) != 1:
+        raise UsageError("give one model: a model's name, --example NAME or --published ROW")
+    if args.published:
+        run = next(run for run in MEGATRON_H100 if run.name == args.published)
+        return run.model(), f"Megatron-LM's {run.name} GPT"
+    if args.example:
+        return all_examples()[args.example].instantiate("meta")[0].to(DTYPES[args.dtype]), args.example
+    return model_from_name(args.model, args.task, "meta", _parse_config(args.config)).to(DTYPES[args.dtype]), args.model
+
+
+def run_plan(args: argparse.Namespace) -> str:
+    """``jitflops plan``: one layout's plan, or the best layouts of a search."""
+    if args.output:
+        check_writable(args.output)
+    model, name = _plan_model(args)
+    published = next((run for run in MEGATRON_H100 if run.name == args.published), None)
+    if published is not None:
+        args.gpus, args.batch = args.gpus or published.gpus, args.batch or published.global_batch
+        if not any((args.tp, args.pp, args.dp)):
+            args.tp, args.pp, args.dp = published.tp, published.pp, published.dp
+    if not args.gpus or not args.batch:
+        raise UsageError("give --gpus N and --batch SEQUENCES (the global batch)")
+    if any((args.tp, args.pp, args.dp, args.cp > 1, args.ep > 1)):
+        plan = plan_training(model, args.sequence, args.batch, args.device, args.gpus, args.interconnect, tp=args.tp or 1, pp=args.pp or 1, dp=args.dp,
+                             cp=args.cp, ep=args.ep, zero=args.zero, micro_batch=args.micro_batch, schedule=args.schedule,
+                             virtual_stages=args.virtual_stages, recompute=args.recompute, optimizer=args.optimizer, tokens=args.tokens)
+        if args.format == "json":
+            return json.dumps({**plan.to_dict(), "published_tflops_per_gpu": published.tflops_per_gpu if published else None}, indent=2)
+        text = plan_text(plan, name)
+        if published is not None:
+            text += (f"\n  published: {published.tflops_per_gpu} TFLOP/s per GPU; planned {plan.model_tflops_per_gpu / published.tflops_per_gpu - 1:+.1%}")
+        return text
+    spec = device_spec(args.device)
+    planner = Planner(model, args.sequence, args.batch, spec, args.interconnect or spec.name, args.optimizer)
+    found = best_layouts(planner, args.gpus, args.micro_batch, args.tokens)
+    if not found.plans:
+        raise UsageError(f"no layout of {args.gpus} GPUs divides the model and the batch of {args.batch}: " + "; ".join(found.rejected[:4]))
+    if args.format == "json":
+        return json.dumps({"plans": [plan.to_dict() for plan in found.plans[: args.top]], "rejected": list(found.rejected)}, indent=2)
+    rejected = "".join(f"\n  {why}" for why in found.rejected[:8]) + (f"\n  ... and {len(found.rejected) - 8} more" if len(found.rejected) > 8 else "")
+    return (f"{len(found.plans)} layouts of {args.gpus} GPUs planned, best first:\n{plans_table(found.plans[: args.top])}\n\n"
+            f"The best:\n{plan_text(found.plans[0], name)}" + (f"\n\nLeft out:{rejected}" if rejected else ""))
+
+
 def _emit(args: argparse.Namespace, report: str) -> None:
     if args.output:
         write_text(args.output, report)
@@ -556,11 +645,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["calibrate"]:
         return calibrate_main(argv[1:])
-    parser = make_parser()
-    args = parser.parse_args(argv)
+    planning = argv[:1] == ["plan"]
+    args = make_plan_parser().parse_args(argv[1:]) if planning else make_parser().parse_args(argv)
     try:
         try:
-            report = run(args)
+            report = run_plan(args) if planning else run(args)
         except NothingFits as nothing:  # its report, then the error line
             _emit(args, nothing.report)
             raise

@@ -1,5 +1,5 @@
 """FLOPs per token against the analytic formulas, term by term, on small configurations of the
-architectures the README's table covers (the table itself: ``tools/analytic_formulas.py``)."""
+architectures docs/conventions.md's table covers (the table itself: ``tools/analytic_formulas.py``)."""
 
 from __future__ import annotations
 

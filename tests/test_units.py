@@ -71,7 +71,7 @@ def test_every_output_agrees_under_the_stated_convention(profile):
 
 
 PACKAGE = Path(jitflops.__file__).parent
-LAYERS = ("core", "handles", "frontends", "engine", "estimates", "timing", "profiling", "reports", "deepspeed", "integrations")
+LAYERS = ("core", "handles", "frontends", "engine", "estimates", "timing", "planning", "profiling", "reports", "deepspeed", "integrations")
 """The package's folders from the bottom up (``docs/code-layout.md``): a module imports only from its
 own folder and the folders below it; the modules at the top (the CLI, the examples, the old module
 paths) may import any."""

@@ -40,7 +40,7 @@ PUBLIC_PATHS = (
     "jitflops.print_model_statistics", "jitflops.parameter_count",
     # DeepSpeed's profiler module, and the paths the README and docs import from
     "jitflops.flops_profiler", "jitflops.examples", "jitflops.roofline", "jitflops.handles",
-    "jitflops.integrations.transformers", "jitflops.integrations.lightning",
+    "jitflops.integrations.transformers", "jitflops.integrations.lightning", "jitflops.planning",
 )
 
 

@@ -4,7 +4,8 @@ A prediction without its error is not one. These are the latest measurements of 
 against the time it predicts, on models the cost model was not tuned on (``docs/benchmarks.md``
 keeps the tables): on a CPU by ``tools/time_accuracy.py`` (each round calibrated afresh, a model's
 error the median over rounds; the band is the lowest and highest model's); on a GPU by
-``tools/gpu_check.py``, where one was lent. A figure not measured on a device class says so.
+``tools/gpu_check.py``, where one was lent, and a training plan's throughput by
+``tools/plan_accuracy.py`` against published runs. A figure not measured on a device class says so.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from typing import Optional
 
 from .devices import DeviceSpec, is_cpu_spec
 
-FIGURES = ("forward", "training step", "prefill", "decode step")
+FIGURES = ("forward", "training step", "prefill", "decode step", "planned throughput")
 
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
     "cpu": {"forward": (-0.17, 0.12), "training step": (-0.41, -0.06), "prefill": (-0.13, 0.16), "decode step": (0.03, 0.09)},
+    "gpu": {"planned throughput": (-0.19, 0.12)},
 }
 """Per device class, per figure: the lowest and highest model's median error, as fractions."""
 
-SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on a 2-core AVX2 CPU, 2026-11-27: docs/benchmarks.md"}
+SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on a 2-core AVX2 CPU, 2026-11-27: docs/benchmarks.md",
+          "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-27: docs/plan.md"}
 
 
 def device_class(spec: DeviceSpec) -> str:

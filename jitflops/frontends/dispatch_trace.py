@@ -196,6 +196,22 @@ FUNCTION_LEVEL_OPS: dict[Callable[..., Any], str] = {
 }
 
 
+def _attention_by_its_fused_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                                   dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None, enable_gqa: bool = False) -> torch.Tensor:
+    """``scaled_dot_product_attention`` on meta or fake tensors as a device runs it: one fused kernel
+    forward, one backward (the CPU's flash kernel, whose meta kernels exist), where meta tensors take
+    its math path (products, a softmax, and their backward over the whole score matrix). Grouped
+    queries keep the math path: the CPU's flash kernel takes equal heads alone, and a CPU runs them
+    so."""
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+
+
+AS_ITS_FUSED_KERNEL: dict[str, Callable[..., Any]] = {"aten::scaled_dot_product_attention": _attention_by_its_fused_kernel}
+"""What a whole call runs on meta or fake tensors instead of its math decomposition (``whole``)."""
+
+
 @functools.lru_cache(maxsize=None)
 def _signature_for(kind: str, arity: int) -> Signature:
     """The signature of the first overload of ``kind`` that takes ``arity`` arguments (not an ``out=`` one)."""
@@ -390,9 +406,12 @@ class _FunctionLevelRecorder(TorchFunctionMode):
         kind = self.function_level.get(func)
         if kind is None or self.ops.inside_function_level_op:
             return func(*args, **kwargs)
+        run = func
+        if kind in AS_ITS_FUSED_KERNEL and func not in FUNCTION_LEVEL_OPS and any(isinstance(value, torch.Tensor) and (value.is_meta or isinstance(value, FakeTensor)) for value in args[:1]):
+            run = AS_ITS_FUSED_KERNEL[kind]
         self.ops.inside_function_level_op += 1
         try:
-            output = func(*args, **kwargs)
+            output = run(*args, **kwargs)
         finally:
             self.ops.inside_function_level_op -= 1
         self.ops.add(_signature_for(kind, len(args) + len(kwargs)), args, kwargs, output)

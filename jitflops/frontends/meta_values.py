@@ -433,9 +433,9 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
 
     The copy shares everything else with the model (code, attributes, hooks): it is made module by
     module with ``copy.copy`` and new parameter, buffer and child tables. The user's model is not
-    touched, so other threads may keep using it while the copy is traced. A fake copy also has its
-    own tables of hooks (the user's hooks in them), since what runs on it may register more
-    (FSDP2, activation checkpointing).
+    touched, so other threads may keep using it while the copy is traced. The copy also has its own
+    tables of hooks (the user's hooks in them), since what runs on it may register more (FSDP2,
+    tensor parallelism, activation checkpointing).
     """
     swapped: dict[int, torch.Tensor] = {}
     copies: dict[nn.Module, nn.Module] = {}
@@ -448,8 +448,7 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     for module, twin in copies.items():
         twin.__dict__["_parameters"] = {name: None if p is None else _empty_like(p, device, swapped, fake_mode) for name, p in module._parameters.items()}
         twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped, fake_mode) for name, b in module._buffers.items()}
-        if fake_mode is not None:
-            twin.__dict__.update({name: copy.copy(value) for name, value in vars(module).items() if name.endswith("hooks") or name.endswith("hooks_with_kwargs") or name.endswith("always_called")})
+        twin.__dict__.update({name: copy.copy(value) for name, value in vars(module).items() if name.endswith("hooks") or name.endswith("hooks_with_kwargs") or name.endswith("always_called")})
         twin.__dict__["_modules"] = {name: None if child is None else copies[child] for name, child in module._modules.items()}
     twin = copies[model]
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))

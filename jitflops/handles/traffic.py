@@ -48,8 +48,8 @@ METADATA_OPS: frozenset[str] = aten_kinds(
     "detach detach_ lift_fresh hsplit vsplit dsplit atleast_1d atleast_2d atleast_3d ravel "
     # memory handed out without being written, and flags
     "empty empty_like empty_strided empty_permuted new_empty new_empty_strided requires_grad_ set_ resize_ resize_as_"
-)
-"""Ops that move no data: sizes, views and allocations."""
+) | frozenset({"_c10d_functional::_wrap_tensor_autograd", "_c10d_functional::wait_tensor"})
+"""Ops that move no data: sizes, views and allocations, and a collective's hand-over of its result."""
 
 FIRST_OUTPUT_ONLY: frozenset[str] = aten_kinds(
     "native_layer_norm native_batch_norm _native_batch_norm_legit _native_batch_norm_legit_no_training "

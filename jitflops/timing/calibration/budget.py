@@ -106,15 +106,15 @@ def interleaved_medians(timer: CallTimer, budget: Budget, sizes: Sequence[tuple[
     pass over all of them, round robin, for as many passes as ``budget`` allows (at least one,
     :data:`MOST_PASSES` at most): a stretch of time the machine runs slow falls on every size a
     little, not on a few sizes wholly. A size the rate of the one before it says the budget cannot
-    afford is left out (None), with every larger one."""
+    afford is left out (None), with every larger one; the smallest is always timed once."""
     samples: list[list[float]] = [[] for _ in sizes]
     calls: list[Callable[[], object]] = []
     for _ in range(MOST_PASSES):
         for index, (work, make) in enumerate(sizes):
             if index == len(calls):  # its first turn
                 before = next(((sizes[previous][0], samples[previous][0]) for previous in range(index - 1, -1, -1) if samples[previous]), None)
-                if budget.spent() or (before is not None and not budget.affords(work * before[1] / before[0])):
-                    break
+                if index and (budget.spent() or (before is not None and not budget.affords(work * before[1] / before[0]))):
+                    break  # the smallest size is always timed: a family the budget ran short for keeps one point
                 calls.append(make())
                 calls[index]()  # untimed: allocations, kernel selection
                 synchronize(timer.device)

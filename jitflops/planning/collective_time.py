@@ -1,0 +1,60 @@
+"""The time of a collective on the links its group crosses: its bus bytes over the bus bandwidth the
+group reaches, plus a fixed cost per step of the ring.
+
+nccl-tests defines a collective's bus bandwidth so that it compares with a link's: bus bytes =
+bytes x ``2(n-1)/n`` for an all-reduce, ``(n-1)/n`` for an all-gather or a reduce-scatter, 1 for a
+send (:data:`~jitflops.handles.collectives.BUS_FACTORS`). A ring all-reduce takes ``2(n-1)`` steps, an
+all-gather ``n-1``: each costs the tier's latency.
+
+Where a group's ranks sit decides what it crosses. Ranks are numbered with tensor parallelism
+innermost, then data parallelism, then pipeline stages (Megatron's order), so a group whose ranks
+are ``stride`` apart spans ``stride x size`` consecutive ranks: inside a node where that is at most
+its GPUs. A group across nodes has ``ranks_per_node`` of its ranks in each node, and NCCL runs one
+ring per NIC (its channels), so the bytes leaving a node share that many NICs: the group's bus
+bandwidth is that many NICs' (capped by the node's own links). A data-parallel group of a ``tp 2``
+layout on DGX H100 nodes has 4 ranks per node: 4 x 50 GB/s; a pipeline's send, one rank: one NIC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..handles.collectives import BUS_FACTORS, Collective
+from .interconnects import Interconnect
+
+RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "send": lambda n: 1, "recv": lambda n: 1, "barrier": lambda n: 2 * (n - 1)}
+"""Latency steps of each collective's ring where it is not ``n - 1`` (a send: one)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a group's ranks sit: ``size`` ranks, ``stride`` ranks apart, on nodes of ``gpus_per_node``."""
+
+    size: int
+    stride: int
+    gpus_per_node: int
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.size > 1 and self.size * self.stride > self.gpus_per_node
+
+    @property
+    def ranks_per_node(self) -> int:
+        return max(1, min(self.size, self.gpus_per_node // self.stride))
+
+
+def bus_bandwidth(link: Interconnect, placement: Placement) -> float:
+    """The bus bandwidth (bytes per second) a group placed so reaches on ``link``."""
+    inside = link.intra_node_bandwidth * link.efficiency
+    if not placement.crosses_nodes:
+        return inside
+    return min(inside, placement.ranks_per_node * link.inter_node_bandwidth * link.inter_node_efficiency)
+
+
+def collective_seconds(collective: Collective, link: Interconnect, placement: Placement) -> float:
+    """The time of ``collective`` on ``link`` for a group placed so (a send: between two ranks so placed)."""
+    if collective.group_size <= 1 and collective.name not in ("send", "recv"):
+        return 0.0
+    ranks = max(collective.group_size, 2)
+    steps = RING_STEPS.get(collective.name, lambda n: n - 1)(ranks)
+    return collective.bytes * BUS_FACTORS[collective.name](ranks) / bus_bandwidth(link, placement) + steps * link.latency(placement.crosses_nodes)

@@ -1,0 +1,194 @@
+"""What each part of a model costs one rank per micro-batch: its blocks, one of each kind, and what
+lies outside them (embeddings, the last norm, the head and the loss), read from one recording.
+
+A transformer repeats one block (a decoder layer; a mixture of experts may have two kinds, dense
+and MoE layers). A copy of the model on the meta device keeps one block of each kind, ``tp`` ranks
+of tensor parallelism are applied to it on a fake process group (the model's own plan, as the
+memory estimate applies it), and one training micro-batch runs on it under the dispatch backend:
+forward, and backward from its loss. Each op is priced on the device spec (:mod:`jitflops.estimates.roofline`),
+each collective is taken as it was recorded (its bytes and group size), and each module's share is
+read per phase: a block's is the block's, the rest is outside. The memory estimate of the same copy
+(``memory_footprint(..., tensor_parallel=tp)``) gives each part's parameters and saved activations.
+A stage of the pipeline is blocks and, on the first and last stages, the outside: costs add up.
+:class:`ModelRecordings` keeps each recording per (tensor parallelism, micro-batch, sequence): a
+search over layouts reuses them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core.model_io import ModelCall
+from ..core.records import FORWARD
+from ..engine.counting import module_aliases
+from ..estimates.devices import DeviceSpec
+from ..estimates.fake_sharding import fake_process_group, sharding_units, shard_like_tensor_parallel
+from ..estimates.memory_estimate import MemoryEstimate
+from ..estimates.memory_footprint import memory_footprint
+from ..estimates.roofline import WHOLE_CALLS, predicted_statistics
+from ..frontends.dispatch_trace import DispatchTrace, loss_backward, record_with_dispatch
+from ..frontends.meta_values import empty_copy
+from ..handles import COMMUNICATION_FORMULAS, collective_of
+from ..handles.collectives import Collective
+
+
+@dataclass(frozen=True)
+class PartCosts:
+    """One part of the model on one rank, per micro-batch: compute seconds per phase, the collectives
+    it ran (each with its phase), the bytes of its parameters and of what autograd saved for its backward."""
+
+    forward_s: float
+    backward_s: float
+    collectives: tuple[tuple[str, Collective], ...]
+    parameter_bytes: int
+    gradient_bytes: int
+    state_bytes: int
+    """The optimizer's state (AdamW's two moments, say), as the memory estimate's step made it."""
+    activation_bytes: int
+
+    def __add__(self, other: "PartCosts") -> "PartCosts":
+        return PartCosts(*(getattr(self, field.name) + getattr(other, field.name) for field in dataclasses.fields(PartCosts)))
+
+    def scaled(self, share: float) -> "PartCosts":
+        """``share`` of this part (the outside split between the first and the last stage); its collectives whole."""
+        return PartCosts(self.forward_s * share, self.backward_s * share, self.collectives, int(self.parameter_bytes * share), int(self.gradient_bytes * share),
+                         int(self.state_bytes * share), int(self.activation_bytes * share))
+
+
+NOTHING = PartCosts(0.0, 0.0, (), 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class ModelCosts:
+    """A model's parts on one rank of tensor parallelism: the outside, and one block of each kind."""
+
+    outside: PartCosts
+    embedding_share: float
+    """The share of the outside that sits with the embeddings (the first stage); the rest with the head."""
+    blocks: tuple[PartCosts, ...]
+    block_order: tuple[int, ...]
+    """Each of the model's blocks, in order, by the index of its kind in :attr:`blocks`."""
+
+    @property
+    def layers(self) -> int:
+        return len(self.block_order)
+
+    def stage(self, first: int, last: int, stages: int, index: int) -> PartCosts:
+        """Stage ``index`` of ``stages``, holding blocks ``first`` to ``last`` (exclusive): the first
+        holds the embeddings, the last the head (one stage holds both)."""
+        total = NOTHING
+        for kind in self.block_order[first:last]:
+            total = total + self.blocks[kind]
+        share = (self.embedding_share if index == 0 else 0.0) + ((1 - self.embedding_share) if index == stages - 1 else 0.0)
+        return total + self.outside.scaled(share) if share else total
+
+
+def _signature(block: nn.Module) -> tuple[Any, ...]:
+    """What makes two blocks cost the same: their class and their parameters' shapes."""
+    return (type(block).__name__, tuple(tuple(parameter.shape) for parameter in block.parameters()))
+
+
+def block_list(model: nn.Module) -> tuple[nn.Module, list[nn.Module]]:
+    """The ``nn.ModuleList`` holding the model's repeated blocks (those FSDP2 would shard), and the blocks in order."""
+    blocks = sharding_units(model)
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and any(child is blocks[0] for child in module._modules.values()):
+            return module, [child for child in module._modules.values() if child is not None]
+    raise ValueError(f"{type(model).__name__}'s blocks ({type(blocks[0]).__name__}) are not held in an nn.ModuleList: it cannot be cut into pipeline stages")
+
+
+class ModelRecordings:
+    """A model's recordings and memory estimates per (tensor parallelism, micro-batch, sequence), made once each."""
+
+    def __init__(self, model: nn.Module, optimizer: str = "adamw") -> None:
+        if "labels" not in inspect.signature(model.forward).parameters:
+            raise ValueError(f"a plan trains a model whose forward takes input_ids and labels and returns its loss (a transformers ...ForCausalLM): "
+                             f"{type(model).__name__}'s forward takes no labels")
+        self.model, self.optimizer = model, optimizer
+        _, blocks = block_list(model)
+        kinds: dict[tuple[Any, ...], int] = {}
+        self.block_order = tuple(kinds.setdefault(_signature(block), len(kinds)) for block in blocks)
+        self._firsts = [self.block_order.index(kind) for kind in range(len(kinds))]
+        self._recordings: dict[tuple[int, int, int], tuple[DispatchTrace, nn.Module, list[str]]] = {}
+        self._memory: dict[tuple[int, int, int], MemoryEstimate] = {}
+
+    @property
+    def layers(self) -> int:
+        return len(self.block_order)
+
+    def _cut_copy(self, micro_batch: int, sequence: int) -> tuple[nn.Module, ModelCall, list[str]]:
+        """A meta copy of the model holding one block of each kind (renumbered from 0), its loss's call, and those blocks' names."""
+        ids = torch.zeros(micro_batch, sequence, dtype=torch.long, device="meta")
+        twin, call, copies = empty_copy(self.model, ModelCall((), {"input_ids": ids, "labels": ids}))
+        container, blocks = block_list(self.model)
+        copies[container]._modules = {str(index): copies[blocks[position]] for index, position in enumerate(self._firsts)}
+        names = {module: name for name, module in twin.named_modules()}
+        return twin, call, [names[copies[blocks[position]]] for position in self._firsts]
+
+    def recording(self, tp: int, micro_batch: int, sequence: int) -> tuple[DispatchTrace, nn.Module, list[str]]:
+        key = (tp, micro_batch, sequence)
+        if key not in self._recordings:
+            twin, call, names = self._cut_copy(micro_batch, sequence)
+            twin.train()
+            if tp == 1:
+                recording = record_with_dispatch(twin, call, module_aliases(twin), loss_backward, guarded=False, whole=WHOLE_CALLS)
+            else:
+                with fake_process_group(tp) as mesh:
+                    shard_like_tensor_parallel(twin, mesh)
+                    recording = record_with_dispatch(twin, call, module_aliases(twin), loss_backward, guarded=False, whole=WHOLE_CALLS)
+            self._recordings[key] = (recording, twin, names)
+        return self._recordings[key]
+
+    def memory(self, tp: int, micro_batch: int, sequence: int) -> MemoryEstimate:
+        key = (tp, micro_batch, sequence)
+        if key not in self._memory:
+            twin, call, _ = self._cut_copy(micro_batch, sequence)
+            self._memory[key] = memory_footprint(twin, (), call.kwargs, train=self.optimizer, tensor_parallel=tp if tp > 1 else None)
+        return self._memory[key]
+
+    def costs(self, tp: int, micro_batch: int, sequence: int, spec: DeviceSpec, mode: str = "eager") -> ModelCosts:
+        """Each part of the model on one rank of ``tp``, per micro-batch of ``micro_batch`` sequences
+        of ``sequence`` tokens, on ``spec``."""
+        recording, twin, names = self.recording(tp, micro_batch, sequence)
+        statistics = predicted_statistics(recording, spec, mode, module_aliases(twin), ignored=COMMUNICATION_FORMULAS.kinds())  # priced by their links
+        memory = self.memory(tp, micro_batch, sequence)
+        collectives = [(scope, record.phase, collective_of(record)) for scope, record in recording.records if record.kind in COMMUNICATION_FORMULAS.kinds()]
+
+        def within(scope: str, name: str) -> bool:
+            return f"/{name}/" in f"{scope}/"
+
+        def part(name: str) -> PartCosts:
+            seconds = statistics.counts[name]
+            backward = sum(value for key, value in seconds.items() if "." in key and key.partition(".")[0] != FORWARD)
+            inside = tuple((phase, collective) for scope, phase, collective in collectives if within(scope, name))
+            module = memory.modules[name]
+            return PartCosts(sum(seconds.values()) - backward, backward, inside, module.parameters, module.gradients, module.optimizer_state, module.saved_activations)
+
+        blocks = [part(name) for name in names]
+        root = part("")
+        outside_collectives = tuple((phase, collective) for scope, phase, collective in collectives if not any(within(scope, name) for name in names))
+        rest = [getattr(root, field.name) - sum(getattr(block, field.name) for block in blocks) for field in dataclasses.fields(PartCosts) if field.name != "collectives"]
+        outside = PartCosts(rest[0], rest[1], outside_collectives, *rest[2:])
+        before = sum(sum(statistics.counts[name].values()) for name in _before(names[0].rpartition(".")[0], twin) if name in statistics.counts)
+        share = min(1.0, before / max(outside.forward_s + outside.backward_s, 1e-12))
+        return ModelCosts(outside, share, tuple(blocks), self.block_order)
+
+
+def _before(container: str, model: nn.Module) -> list[str]:
+    """The modules that hold the embeddings: at each level from the root to the blocks' container
+    (a dotted name), the children registered before the branch that leads to it."""
+    found, path = [], ""
+    for part in container.split("."):
+        parent = model.get_submodule(path)
+        for child in parent._modules:
+            if child == part:
+                break
+            found.append(f"{path}.{child}" if path else child)
+        path = f"{path}.{part}" if path else part
+    return found

@@ -1,0 +1,47 @@
+"""A training plan as text: the layout, memory per GPU, the step's time split into its parts,
+throughput, MFU and the token budget's GPU-hours; a search's layouts as a table, best first.
+Each plan's printout ends with its measured error."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..core.table import pipe_table
+from ..planning.plan import TrainingPlan
+from .formatting import format_quantity, format_seconds
+from .memory_report import format_bytes
+
+
+def _fits(plan: TrainingPlan) -> str:
+    if plan.memory_bytes is None:
+        return "unknown (the device has no memory size)"
+    return "fits" if plan.fits else f"does not fit: {format_bytes(plan.memory_per_gpu_bytes - plan.memory_bytes)} over"
+
+
+def plan_text(plan: TrainingPlan, model_name: str = "the model") -> str:
+    """One plan, part by part."""
+    b = plan.breakdown
+    parts = (("compute", b.compute_s), ("tensor-parallel exposed", b.tensor_parallel_s), ("pipeline sends", b.pipeline_send_s), ("bubble", b.bubble_s),
+             ("data-parallel exposed", b.data_parallel_s), ("optimizer", b.optimizer_s))
+    capacity = f" of {format_bytes(plan.memory_bytes)}" if plan.memory_bytes is not None else ""
+    lines = [
+        f"Training plan: {model_name} on {plan.gpus} x {plan.device} ({plan.interconnect}), sequences of {plan.sequence} tokens, {plan.global_batch} a step",
+        f"  layout: {plan.layout.describe()}",
+        f"  memory per GPU: {format_bytes(plan.memory_per_gpu_bytes)}{capacity} ({_fits(plan)})",
+        f"  step: {format_seconds(plan.step_s)} = " + " + ".join(f"{part} {format_seconds(seconds)}" for part, seconds in parts if seconds or part == "compute"),
+        f"  throughput: {format_quantity(plan.tokens_per_s, 'tokens/s')}, {plan.model_tflops_per_gpu:.1f} model TFLOP/s per GPU, "
+        f"MFU {plan.mfu:.1%} (HFU {plan.hfu:.1%})",
+    ]
+    if plan.tokens is not None:
+        lines.append(f"  {plan.tokens:.3g} tokens: {plan.hours:,.1f} hours, {plan.gpu_hours:,.0f} GPU-hours")
+    lines += [f"  note: {note}" for note in plan.notes]
+    lines.append(f"  {plan.error}")
+    return "\n".join(lines)
+
+
+def plans_table(plans: Sequence[TrainingPlan]) -> str:
+    """Layouts side by side, in the order given (a search's: best first)."""
+    rows = [[str(rank), plan.layout.describe(), "yes" if plan.fits else ("no" if plan.fits is False else "?"), format_bytes(plan.memory_per_gpu_bytes),
+             format_seconds(plan.step_s), format_quantity(plan.tokens_per_s, "tok/s"), f"{plan.mfu:.1%}"]
+            for rank, plan in enumerate(plans, 1)]
+    return pipe_table(rows, ("#", "layout", "fits", "memory/GPU", "step", "throughput", "MFU"), colalign=("right", "left", "left", "right", "right", "right", "right"))

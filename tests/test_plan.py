@@ -1,0 +1,180 @@
+"""Training plans on N GPUs: each piece against an independent source, and the whole against
+Megatron-LM's published H100 throughput (predicted, never fitted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+from torch import nn
+
+from jitflops.cli import main
+from jitflops.handles.collectives import Collective
+from jitflops.planning.collective_time import Placement, bus_bandwidth, collective_seconds
+from jitflops.planning.interconnects import InterconnectError, interconnect
+from jitflops.planning.layout import Layout, LayoutError
+from jitflops.planning.plan import Planner, plan_training
+from jitflops.planning.published_runs import MEGATRON_H100, SEQUENCE, VOCABULARY
+from jitflops.planning.search import best_layouts, candidate_layouts
+from jitflops.planning.stages import ModelRecordings
+
+GB = 1e9
+
+
+def _gpt(hidden: int = 256, layers: int = 4, heads: int = 8) -> nn.Module:
+    config = transformers.AutoConfig.for_model("starcoder2", hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+                                               num_attention_heads=heads, num_key_value_heads=heads, vocab_size=1024, max_position_embeddings=512,
+                                               tie_word_embeddings=False)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+
+
+def test_a_collective_takes_its_bus_bytes_over_the_bus_bandwidth_nccl_tests_defines():
+    link = interconnect("dgx-h100")
+    inside = Placement(8, 1, 8)
+    assert not inside.crosses_nodes
+    # nccl-tests' PERFORMANCE.md: all-reduce bus bytes = bytes x 2(n-1)/n; a ring of n takes 2(n-1) steps
+    seconds = collective_seconds(Collective("all_reduce", 8, 10**9), link, inside)
+    assert seconds == pytest.approx(1e9 * 2 * 7 / 8 / (450 * GB * 0.8) + 14 * 3e-6)
+    gather = collective_seconds(Collective("all_gather", 8, 10**9), link, inside)
+    assert gather == pytest.approx(1e9 * 7 / 8 / (450 * GB * 0.8) + 7 * 3e-6)
+    assert collective_seconds(Collective("all_reduce", 1, 10**9), link, inside) == 0.0
+
+
+def test_a_group_across_nodes_shares_one_nic_per_rank_it_has_in_a_node():
+    link = interconnect("h100")  # the device's reference system
+    assert link.name == "dgx-h100"
+    tp2_data_parallel = Placement(48, 2, 8)  # Megatron's order: tensor parallelism innermost
+    assert tp2_data_parallel.crosses_nodes and tp2_data_parallel.ranks_per_node == 4
+    assert bus_bandwidth(link, tp2_data_parallel) == pytest.approx(4 * 50 * GB * 0.9)
+    tp8_data_parallel = Placement(48, 8, 8)
+    assert bus_bandwidth(link, tp8_data_parallel) == pytest.approx(50 * GB * 0.9)
+    whole_nodes = Placement(16, 1, 8)  # 8 NICs a node carry more than NVLink's share: capped by the node's links
+    assert bus_bandwidth(link, whole_nodes) == pytest.approx(450 * GB * 0.8)
+
+
+def test_an_unknown_interconnect_names_the_known_ones_and_the_closest():
+    with pytest.raises(InterconnectError, match="did you mean 'dgx-h100'.*known: dgx-a100, dgx-b200, dgx-h100"):
+        interconnect("dgx-h10")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"tp": 1, "sequence_parallel": True}, "needs tp > 1"),
+    ({"dp": 6, "ep": 4}, "ep 4 must divide dp 6"),
+    ({"schedule": "1f1b", "virtual_stages": 2}, "interleaved schedule"),
+    ({"zero": 4}, "zero must be 0"),
+    ({"tp": 0}, "tp must be a positive integer"),
+])
+def test_a_layout_that_cannot_run_says_which_figure(settings, message):
+    with pytest.raises(LayoutError, match=message):
+        Layout(**settings)
+
+
+def test_a_batch_that_does_not_divide_into_the_replicas_is_refused():
+    with pytest.raises(LayoutError, match="global batch of 10 sequences does not divide into 4 replicas"):
+        Layout(dp=4).micro_batches(10)
+    assert Layout(dp=4, micro_batch=2).micro_batches(64) == 8
+
+
+def test_model_flops_are_megatrons_own_formula():
+    """Megatron-LM's ``num_floating_point_operations`` (megatron/training/training.py) for a GPT with
+    a 4h MLP and full attention: 12 B s L h^2 (1 + 4 + 1 + s/h + V / (2 L h))."""
+    for run in MEGATRON_H100[:2]:
+        planner = Planner(run.model(), SEQUENCE, run.global_batch, "h100", "dgx-h100")
+        b, s, layers, h = run.global_batch, SEQUENCE, run.layers, run.hidden
+        megatron = 12 * b * s * layers * h * h * (6 + s / h + VOCABULARY / (2 * layers * h))
+        model_flops = planner.plan(run.layout()).model_flops_per_step if run is MEGATRON_H100[0] else 3 * planner.forward_flops_per_sequence * b
+        assert model_flops == pytest.approx(megatron, rel=0.002)  # the layer norms' FLOPs, which Megatron leaves out
+
+
+@pytest.mark.parametrize("name", ["1.7B", "70B"])
+def test_megatron_lms_published_h100_throughput_within_the_stated_band(name):
+    """One row with data parallelism alone, one with tensor and pipeline parallelism over 768 GPUs;
+    ``tools/plan_accuracy.py`` plans all nine, and the band printed beside every plan is theirs."""
+    run = next(run for run in MEGATRON_H100 if run.name == name)
+    plan = Planner(run.model(), SEQUENCE, run.global_batch, "h100", "dgx-h100").plan(run.layout())
+    assert plan.gpus == run.gpus
+    assert -0.19 <= plan.model_tflops_per_gpu / run.tflops_per_gpu - 1 <= 0.12
+    assert plan.fits
+    assert "-19% to +12%" in plan.error
+
+
+def test_the_pipeline_bubble_and_the_micro_batches_compose_as_1f1b_runs_them():
+    planner = Planner(_gpt(layers=4), 256, 16, "h100", "dgx-h100")
+    flat = planner.plan(Layout(dp=1, pp=1))
+    piped = planner.plan(Layout(dp=1, pp=2))
+    interleaved = planner.plan(Layout(dp=1, pp=2, schedule="interleaved", virtual_stages=2))
+    costs = planner.recordings.costs(1, 1, 256, planner.spec)
+    first, last = costs.stage(0, 2, 2, 0), costs.stage(2, 4, 2, 1)
+    assert flat.breakdown.compute_s == pytest.approx(16 * (costs.stage(0, 4, 1, 0).forward_s + costs.stage(0, 4, 1, 0).backward_s))
+    slowest = max(first.forward_s + first.backward_s, last.forward_s + last.backward_s)
+    assert piped.breakdown.compute_s == pytest.approx(16 * slowest)
+    per_micro_batch = (piped.breakdown.compute_s + piped.breakdown.pipeline_send_s) / 16
+    assert piped.breakdown.bubble_s == pytest.approx((2 - 1) * per_micro_batch)  # (p - 1) stage times
+    assert interleaved.breakdown.bubble_s < piped.breakdown.bubble_s  # (p - 1) / v
+    # the blocks and the rest add up to the whole model's recording
+    whole = costs.stage(0, 4, 1, 0)
+    assert whole.forward_s == pytest.approx(first.forward_s + last.forward_s)
+    assert whole.parameter_bytes == pytest.approx(sum(p.numel() for p in planner.model.parameters()) * 2, rel=0.01)
+
+
+def test_zero_and_recomputation_trade_memory_for_communication_and_compute():
+    planner = Planner(_gpt(), 256, 32, "h100", "dgx-h100")
+    ddp, zero1, zero3 = (planner.plan(Layout(dp=8, zero=zero)) for zero in (0, 1, 3))
+    assert ddp.memory_per_gpu_bytes > zero1.memory_per_gpu_bytes > zero3.memory_per_gpu_bytes
+    recomputed = planner.plan(Layout(dp=8, recompute="full"))
+    assert recomputed.memory_per_gpu_bytes < zero1.memory_per_gpu_bytes
+    assert recomputed.breakdown.compute_s > zero1.breakdown.compute_s
+    assert recomputed.hardware_flops_per_step == pytest.approx(zero1.model_flops_per_step * 4 / 3)
+    assert recomputed.model_flops_per_step == zero1.model_flops_per_step
+
+
+def test_tensor_parallelism_shards_parameters_and_records_its_collectives_without_touching_the_model():
+    model = _gpt()
+    hooks_before = [len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules()]
+    recordings = ModelRecordings(model)
+    one, two = recordings.memory(1, 1, 128), recordings.memory(2, 1, 128)
+    block = "model.layers.0"
+    assert two.modules[block].parameters == pytest.approx(one.modules[block].parameters / 2, rel=0.01)  # biases of the row-wise layers stay whole
+    costs = recordings.costs(2, 1, 128, Planner(model, 128, 8, "h100", "dgx-h100").spec)
+    reduced = [(phase, collective) for phase, collective in costs.blocks[0].collectives if collective.name == "all_reduce"]
+    assert all(c.group_size == 2 and c.bytes == 128 * 256 * 2 for _, c in reduced)  # one rank's activations, bf16
+    # forward: the row-wise outputs (attention's, the MLP's); backward: each column-wise layer's input gradient (q, k, v, the MLP's up)
+    assert sum(phase == "forward" for phase, _ in reduced) == 2 and sum(phase != "forward" for phase, _ in reduced) == 4
+    assert [len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules()] == hooks_before
+
+
+def test_the_search_plans_every_layout_that_divides_best_first():
+    planner = Planner(_gpt(layers=4, heads=8), 256, 32, "h100", "dgx-h100")
+    layouts, rejected = candidate_layouts(planner, 8)
+    assert all(layout.gpus == 8 and 4 % layout.pp == 0 and 32 % layout.dp == 0 for layout in layouts)
+    assert {layout.tp for layout in layouts} == {1, 2, 4, 8}
+    assert "tp 1, pp 8: 8 stages do not divide the 4 layers" in rejected
+    found = best_layouts(planner, 8)
+    assert len(found.plans) == len(layouts)
+    fitting = [plan.step_s for plan in found.plans if plan.fits]
+    assert fitting == sorted(fitting)
+
+
+def test_plan_training_checks_the_gpus_and_a_model_without_a_loss_is_refused():
+    with pytest.raises(LayoutError, match="is 4 GPUs, not the 8 given"):
+        plan_training(_gpt(), 128, 8, "h100", 8, tp=2, dp=2)
+    with pytest.raises(ValueError, match="forward takes no labels"):
+        Planner(transformers.AutoModel.from_config(_gpt().config), 128, 8, "h100", "dgx-h100")
+
+
+def test_the_command_line_plans_a_published_row_and_searches(capsys, tmp_path):
+    assert main(["plan", "--published", "1.7B", "--format", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["gpus"] == 48 and planned["published_tflops_per_gpu"] == 408.8
+    assert planned["layout"]["dp"] == 48 and planned["fits"] is True
+    output = tmp_path / "plans.txt"
+    assert main(["plan", "--example", "llama-1b", "--gpus", "8", "--batch", "16", "--sequence", "1024", "--top", "3", "--output", str(output)]) == 0
+    text = output.read_text()
+    assert "layouts of 8 GPUs planned, best first" in text and "MFU" in text and "measured error" in text
+    assert main(["plan", "--example", "llama-1b", "--gpus", "8"]) == 2
+    assert "give --gpus N and --batch SEQUENCES" in capsys.readouterr().err
+    assert main(["plan", "--published", "1.7B", "--interconnect", "nvlink9"]) == 2
+    assert "unknown interconnect 'nvlink9'" in capsys.readouterr().err
