@@ -24,8 +24,8 @@ setup(
         # expecttest: torch's op database (torch.testing._internal) imports it; hypothesis: generated models
         # accelerate: transformers' Trainer needs it; pytorch-lightning: the Lightning callback's
         # tests; selenium: the HTML report in Chromium; build: the wheel built and installed outside the tree;
-        # diffusers: a named diffusers component; torchao: its int8 and int4 quantized layers
-        "test": ["pytest>=7", "build", "diffusers", "fvcore==0.1.5.post20221221", "transformers>=4.50", "accelerate", "expecttest", "hypothesis", "pytorch-lightning>=2.1", "selenium>=4.10", "torchao==0.18.0"],
+        # diffusers: a named diffusers component; torchao: its int8 and int4 quantized layers; pytest-xdist: the suite on two processes
+        "test": ["pytest>=7", "pytest-xdist", "build", "diffusers", "fvcore==0.1.5.post20221221", "transformers>=4.50", "accelerate", "expecttest", "hypothesis", "pytorch-lightning>=2.1", "selenium>=4.10", "torchao==0.18.0"],
     },
     entry_points={"console_scripts": ["jitflops=jitflops.cli:main"]},
     license="MIT",

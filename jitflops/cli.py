@@ -558,8 +558,8 @@ def make_plan_parser() -> argparse.ArgumentParser:
     parser.add_argument("model", nargs="?", help="a model's name: a Hub id, a model folder or a config.json (built as AutoModelFor<--task>)")
     parser.add_argument("--example", choices=sorted(name for name, example in all_examples().items() if "transformers" in example.tags),
                         help="a built-in transformers model (a causal language model: llama-1b, llama-8b, ...)")
-    parser.add_argument("--published", choices=[run.name for run in MEGATRON_H100], help="a row of Megatron-LM's published H100 table: its model, GPUs, batch and layout, "
-                        "and the published throughput beside the plan's")
+    parser.add_argument("--published", choices=[run.name for run in MEGATRON_H100], help="a row of Megatron-LM's published H100 table: its model, GPUs, batch and layout "
+                        "(with --gpus: the best layouts of its model), and the published throughput beside the plan's")
     parser.add_argument("--task", default="causal-lm", help="with a model's name: the head (default causal-lm)")
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="config settings overriding the model's")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES), help="the weights' and activations' dtype (default bfloat16)")
@@ -606,10 +606,10 @@ def run_plan(args: argparse.Namespace) -> str:
         check_writable(args.output)
     model, name = _plan_model(args)
     published = next((run for run in MEGATRON_H100 if run.name == args.published), None)
-    if published is not None:
-        args.gpus, args.batch = args.gpus or published.gpus, args.batch or published.global_batch
-        if not any((args.tp, args.pp, args.dp)):
+    if published is not None:  # its GPUs and batch, and its layout unless GPUs are given (then the search's)
+        if not args.gpus and not any((args.tp, args.pp, args.dp)):
             args.tp, args.pp, args.dp = published.tp, published.pp, published.dp
+        args.gpus, args.batch = args.gpus or published.gpus, args.batch or published.global_batch
     if not args.gpus or not args.batch:
         raise UsageError("give --gpus N and --batch SEQUENCES (the global batch)")
     if any((args.tp, args.pp, args.dp, args.cp > 1, args.ep > 1)):

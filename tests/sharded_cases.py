@@ -269,6 +269,41 @@ def faults(rank: int, world: int) -> dict[str, Any]:
     return errors
 
 
+def small_gpt(device: str = "cpu") -> nn.Module:
+    """The GPT ``tests/test_plan.py`` plans: 4 blocks of width 256, float32, seeded."""
+    import transformers
+
+    config = transformers.AutoConfig.for_model("starcoder2", hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                                               num_key_value_heads=8, vocab_size=1024, max_position_embeddings=512, tie_word_embeddings=False,
+                                               bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    with torch.device(device):
+        return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def planned_layouts(rank: int, world: int) -> dict[str, Any]:
+    """The small GPT's training micro-batch (forward, and backward from its loss) as the plan's
+    layouts run it: tensor parallelism by the model's own plan, and FSDP2 (each block, then the
+    root), over the ``world`` ranks; the collectives ``CommDebugMode`` sees, and their bytes."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from jitflops.estimates.fake_sharding import shard_like_fsdp2, shard_like_tensor_parallel
+
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(1)
+    ids = torch.randint(0, 1024, (1, 128))
+    figures: dict[str, Any] = {}
+    for name, shard in (("tensor_parallel", shard_like_tensor_parallel), ("fsdp2", shard_like_fsdp2)):
+        model = small_gpt()
+        shard(model, mesh)
+        figures[name] = {"comm_debug": comm_debug_counts(lambda: model(input_ids=ids, labels=ids).loss.backward())[0]}
+        model.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            figures[name]["collectives"] = collectives(CommunicationAnalysis(model, (), {"input_ids": ids, "labels": ids}, backend="dispatch", backward=True))
+    return figures
+
+
 CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "tensor_parallel": tensor_parallel,
     "data_parallel": data_parallel,
@@ -276,6 +311,7 @@ CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "pipeline": pipeline,
     "faults": faults,
     "read_on_rank_0": read_on_rank_0,
+    "planned_layouts": planned_layouts,
 }
 
 

@@ -38,7 +38,20 @@ def test_the_set_up_block_is_what_ci_runs():
     assert len(test_command) == 1 and test_command[0] in (ROOT / ".ci" / "run").read_text()
 
 
-@pytest.mark.parametrize("where, language, code", [block for block in BLOCKS if block not in SET_UP], ids=lambda value: value if "#" in str(value) else "")
+RUN_BY = {"torchrun --nproc_per_node 4 examples/sharded_llama.py": ROOT / "tests" / "test_sharded.py"}
+"""Blocks another test runs, with its figures checked against hand counts (each four processes, 20 s):
+the block's command, and the test file that must run it."""
+
+
+def test_a_block_another_test_runs_is_run_there():
+    for command, test in RUN_BY.items():
+        assert any(code.strip() == command for _, _, code in BLOCKS), f"no block is {command!r}"
+        source = test.read_text(encoding="utf-8")
+        assert all(f'"{word}"' in source for word in command.split()[1:]), f"{test.name} does not run {command!r}"
+
+
+@pytest.mark.parametrize("where, language, code", [block for block in BLOCKS if block not in SET_UP and block[2].strip() not in RUN_BY],
+                         ids=lambda value: value if "#" in str(value) else "")
 def test_every_block_runs(where, language, code, tmp_path):
     environment = {**os.environ, "TMPDIR": str(tmp_path), "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg"}
     (tmp_path / "examples").symlink_to(ROOT / "examples")  # blocks run from the repository's root, as a reader does

@@ -12,6 +12,8 @@ import csv
 import json
 import re
 
+import time
+
 import pytest
 import torch
 from torch import nn
@@ -94,6 +96,23 @@ def test_the_cpu_probe_is_measured_once_per_dtype():
     first = cpu_peak_flops(torch.float32, torch.get_num_threads())
     assert first > 1e8 and cpu_peak_flops(torch.float32, torch.get_num_threads()) == first
     assert profile_model(nn.Linear(64, 64), torch.randn(8, 64), repeats=1).summary.peak_flops == first
+
+
+def test_the_cpu_probe_of_a_slow_dtype_stops_at_a_small_product(monkeypatch):
+    """bfloat16 on a CPU without AVX-512 or AMX runs about 70 times slower than float32: a product of
+    1024^3 took 2.3 s there, and profiling any bfloat16 model waited 14 s for its peak. Made slow here
+    on any CPU: the probe stops growing once a product is slow."""
+    sizes = []
+
+    def slow_product(a, b):
+        sizes.append(a.shape[0])
+        time.sleep(0.06)
+        return a @ b
+    monkeypatch.setattr(torch, "mm", slow_product)
+    started = time.perf_counter()
+    peak = cpu_peak_flops.__wrapped__(torch.bfloat16, 1)
+    assert set(sizes) == {256} and time.perf_counter() - started < 1.0
+    assert peak == pytest.approx(2 * 256**3 / 0.06, rel=0.5)
 
 
 class Mlp(nn.Module):

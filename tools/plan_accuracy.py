@@ -6,10 +6,12 @@ planned in its published layout (tp, pp, dp, global batch, sequence 4096) on the
 spec and the ``dgx-h100`` interconnect, with the assumptions the table leaves open stated there
 (one-sequence micro-batches, 1F1B, sequence parallelism with tensor parallelism, no recomputation,
 a distributed optimizer). Nothing is measured here: the figures are the datasheets' and the cost
-model's. Prints the table ``docs/plan.md`` keeps and writes the figures as JSON.
+model's. Then the 70B and 177B rows' GPUs are searched (``best_layouts``): where the published
+layout ranks, and how long the search took. Prints the table ``docs/plan.md`` keeps and writes the
+figures as JSON.
 
-    python tools/plan_accuracy.py                 # all 9 rows (about a minute)
-    python tools/plan_accuracy.py --rows 1.7B 70B
+    python tools/plan_accuracy.py                 # all 9 rows, and the 70B and 177B rows' searches (about two minutes)
+    python tools/plan_accuracy.py --rows 1.7B 70B --search
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ sys.path.insert(0, str(REPO))
 
 from jitflops.planning.plan import Planner  # noqa: E402
 from jitflops.planning.published_runs import MEGATRON_H100, SEQUENCE  # noqa: E402
+from jitflops.planning.search import best_layouts  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="*", default=[run.name for run in MEGATRON_H100], choices=[run.name for run in MEGATRON_H100])
+    parser.add_argument("--search", nargs="*", default=["70B", "177B"], help="rows whose GPUs are searched: where their published layout ranks")
     parser.add_argument("--output", default=str(REPO / "tools" / "plan_results.json"))
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -56,7 +60,21 @@ def main() -> int:
                "within_15_percent": sum(abs(value) <= 0.15 for value in errors), "rows": len(errors)}
     print(f"\nmedian |error| {summary['median_abs_error']:.1%}; from {summary['lowest']:+.1%} to {summary['highest']:+.1%}; "
           f"{summary['within_15_percent']} of {summary['rows']} rows within 15%")
-    Path(args.output).write_text(json.dumps({"rows": results, "summary": summary}, indent=2) + "\n", encoding="utf-8")
+    searches = []
+    for run in MEGATRON_H100:
+        if run.name not in args.search:
+            continue
+        started = time.perf_counter()
+        found = best_layouts(Planner(run.model(), SEQUENCE, run.global_batch, "h100", "dgx-h100"), run.gpus)
+        seconds = time.perf_counter() - started
+        published = run.layout()
+        rank = next(index for index, plan in enumerate(found.plans, 1) if plan.layout == published)
+        slower = found.plans[rank - 1].step_s / found.plans[0].step_s - 1
+        searches.append({"model": run.name, "gpus": run.gpus, "layouts": len(found.plans), "published_rank": rank, "slower_than_first": slower,
+                         "first": found.plans[0].layout.describe(), "seconds": seconds})
+        print(f"search {run.name} on {run.gpus} GPUs: {len(found.plans)} layouts in {seconds:.1f} s; the published layout ranks {rank} "
+              f"({slower:+.1%} of the first: {found.plans[0].layout.describe()})", flush=True)
+    Path(args.output).write_text(json.dumps({"rows": results, "summary": summary, "searches": searches}, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

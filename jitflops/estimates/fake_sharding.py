@@ -40,12 +40,20 @@ def fake_process_group(world_size: int) -> Iterator["dist.DeviceMesh"]:
         dist.destroy_process_group()
 
 
-def _shares_weights_outside(unit: nn.Module, model: nn.Module) -> bool:
+def _shares_weights_outside(unit: nn.Module, holders: Mapping[int, list[int]]) -> bool:
     """Whether a parameter of ``unit`` is also held by a module outside it (a tied embedding): FSDP2
-    shards it with the root then."""
+    shards it with the root then. ``holders``: each parameter's holding modules, by id (:func:`_holders`)."""
     inside = {id(module) for module in unit.modules()}
-    own = {id(p) for p in unit.parameters()}
-    return any(id(p) in own for module in model.modules() if id(module) not in inside for p in module.parameters(recurse=False))
+    return any(holder not in inside for p in unit.parameters() for holder in holders[id(p)])
+
+
+def _holders(model: nn.Module) -> dict[int, list[int]]:
+    """The ids of the modules that hold each parameter of ``model`` as their own, by the parameter's id."""
+    holders: dict[int, list[int]] = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            holders.setdefault(id(p), []).append(id(module))
+    return holders
 
 
 def sharding_units(model: nn.Module, unit_types: Optional[Sequence[type]] = None) -> list[nn.Module]:
@@ -58,7 +66,8 @@ def sharding_units(model: nn.Module, unit_types: Optional[Sequence[type]] = None
     else:
         names = set(getattr(model, "_no_split_modules", None) or ())
         candidates = [module for module in model.modules() if type(module).__name__ in names and module is not model]
-    units = [unit for unit in candidates if not _shares_weights_outside(unit, model)]
+    holders = _holders(model)
+    units = [unit for unit in candidates if not _shares_weights_outside(unit, holders)]
     if not units:
         raise ShardingError(f"{type(model).__name__} names no blocks to shard (_no_split_modules): give the block classes (fsdp_units=[...])")
     return units

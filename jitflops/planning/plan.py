@@ -35,7 +35,6 @@ from typing import Any, Optional, Union
 import torch
 from torch import nn
 
-from ..engine.flop_count import FlopCountAnalysis
 from ..estimates.devices import DeviceSpec, device_spec
 from ..estimates.error_bands import error_note
 from ..estimates.training_step_time import predict_training_step
@@ -43,7 +42,7 @@ from ..handles.collectives import Collective
 from .collective_time import Placement, collective_seconds
 from .interconnects import Interconnect, interconnect
 from .layout import Layout, LayoutError
-from .stages import ModelRecordings, PartCosts
+from .stages import ModelCosts, ModelRecordings, PartCosts
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,20 @@ class StepBreakdown:
     @property
     def total_s(self) -> float:
         return self.compute_s + self.tensor_parallel_s + self.pipeline_send_s + self.bubble_s + self.data_parallel_s + self.optimizer_s
+
+
+@dataclass(frozen=True)
+class StepCollectives:
+    """The collectives of one kind a rank on the critical path runs in a step: over which group
+    (tensor parallel, data parallel, pipeline), how many calls and how many bytes in all (each
+    call's bytes as :class:`~jitflops.handles.collectives.Collective` counts them: an all-gather's
+    gathered output, a reduce-scatter's input)."""
+
+    group: str
+    name: str
+    group_size: int
+    calls: int
+    bytes: int
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,7 @@ class TrainingPlan:
     """The plan's measured error, in words (:mod:`jitflops.estimates.error_bands`)."""
     tokens: Optional[float] = None
     notes: tuple[str, ...] = field(default=())
+    collectives: tuple[StepCollectives, ...] = field(default=())
 
     @property
     def step_s(self) -> float:
@@ -131,6 +145,7 @@ class TrainingPlan:
                                              "pipeline_send_s": breakdown.pipeline_send_s, "bubble_s": breakdown.bubble_s,
                                              "data_parallel_s": breakdown.data_parallel_s, "optimizer_s": breakdown.optimizer_s},
             "tokens": self.tokens, "hours": self.hours, "gpu_hours": self.gpu_hours, "notes": list(self.notes), "error": self.error,
+            "collectives": [each.__dict__ for each in self.collectives],
         }
 
 
@@ -159,6 +174,32 @@ def _boundary_bytes(model: nn.Module, micro_batch: int, sequence: int, layout: L
     return micro_batch * sequence * hidden * dtype.itemsize // (layout.tp if layout.sequence_parallel else 1)
 
 
+def _units(costs: ModelCosts, ranges: list[tuple[int, int]], layout: Layout, rank: int) -> list[tuple[float, float, bool]]:
+    """What FSDP2 shards apart on pipeline rank ``rank``: each block it holds, and the root (what lies
+    outside the blocks, on the first and last stages), as (parameter bytes, gradient bytes, is the root)."""
+    chunks = layout.pp * layout.virtual_stages
+    units: list[tuple[float, float, bool]] = []
+    share = 0.0
+    for index in range(rank, chunks, layout.pp):
+        first, last = ranges[index]
+        units += [(costs.blocks[kind].parameter_bytes, costs.blocks[kind].gradient_bytes, False) for kind in costs.block_order[first:last]]
+        share += costs.outside_share(index, chunks)
+    if share and costs.outside.parameter_bytes:
+        units.append((costs.outside.parameter_bytes * share, costs.outside.gradient_bytes * share, True))
+    return units
+
+
+def _step_collectives(groups: dict[str, list[tuple[Collective, int]]]) -> tuple[StepCollectives, ...]:
+    """Each group's collectives of a step, added up by kind (calls, and bytes in all)."""
+    totals: dict[tuple[str, str, int], list[int]] = {}
+    for group, calls in groups.items():
+        for collective, count in calls:
+            total = totals.setdefault((group, collective.name, collective.group_size), [0, 0])
+            total[0] += count
+            total[1] += count * collective.bytes
+    return tuple(StepCollectives(group, name, size, calls, size_bytes) for (group, name, size), (calls, size_bytes) in totals.items())
+
+
 class Planner:
     """Plans of one model on one device and interconnect, its recordings kept across layouts."""
 
@@ -175,9 +216,7 @@ class Planner:
     @property
     def forward_flops_per_sequence(self) -> float:
         if self._forward_flops is None:
-            ids = torch.zeros(1, self.sequence, dtype=torch.long, device="meta")
-            analysis = FlopCountAnalysis(self.model, (), {"input_ids": ids, "use_cache": False}).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-            self._forward_flops = 2.0 * analysis.total()
+            self._forward_flops = self.recordings.forward_flops(self.sequence)
         return self._forward_flops
 
     def optimizer_seconds_per_parameter(self) -> float:
@@ -195,7 +234,7 @@ class Planner:
         if layout.cp > 1 or layout.ep > 1:
             raise LayoutError("context and expert parallelism are not planned yet: give cp=1 and ep=1")
         micro_batches = layout.micro_batches(self.global_batch)
-        costs = self.recordings.costs(layout.tp, layout.micro_batch, self.sequence, self.spec)
+        costs = self.recordings.costs(layout.tp, layout.micro_batch, self.sequence, self.spec, sequence_parallel=layout.sequence_parallel)
         chunks = layout.pp * layout.virtual_stages
         if costs.layers % chunks:
             raise LayoutError(f"{costs.layers} layers do not divide into {layout.pp} stages x {layout.virtual_stages} chunks")
@@ -207,6 +246,7 @@ class Planner:
         tp_group = Placement(layout.tp, 1, gpn)
         dp_group = Placement(layout.dp, layout.tp * layout.cp, gpn)
         pp_pair = Placement(2, layout.tp * layout.cp * layout.dp, gpn)
+        send = Collective("send", 2, _boundary_bytes(self.model, layout.micro_batch, self.sequence, layout))  # a micro-batch's activations, and their gradient back
 
         def micro_batch_seconds(part: PartCosts) -> tuple[float, float, float]:
             """(compute, exposed tensor-parallel collectives, its sends) of one micro-batch on a rank."""
@@ -216,7 +256,7 @@ class Planner:
             if layout.recompute == "full":
                 compute, tp = compute + part.forward_s, tp + forward_tp
             exposed = max(0.0, tp - compute) if tp_overlap else tp
-            sends = 2 * collective_seconds(Collective("send", 2, _boundary_bytes(self.model, layout.micro_batch, self.sequence, layout)), self.link, pp_pair)
+            sends = 2 * collective_seconds(send, self.link, pp_pair)
             return compute, exposed, sends * layout.virtual_stages if layout.pp > 1 else 0.0
 
         times = [micro_batch_seconds(part) for part in per_rank]
@@ -225,22 +265,24 @@ class Planner:
         per_micro_batch = compute + tp_exposed + sends
         bubble = (layout.pp - 1) / layout.virtual_stages * per_micro_batch
         part = per_rank[slowest]
-        data_parallel = self._data_parallel_seconds(layout, part, micro_batches, dp_group)
+        blocks_per_rank = [sum(end - start for start, end in ranges[rank::layout.pp]) for rank in range(layout.pp)]
+        data_parallel, dp_calls = self._data_parallel(layout, part, _units(costs, ranges, layout, slowest), micro_batches, dp_group)
         parameters = part.parameter_bytes / max(self._element_size(), 1)
         optimizer = self.optimizer_seconds_per_parameter() * parameters / (layout.dp if layout.zero >= 1 else 1)
         breakdown = StepBreakdown(micro_batches * compute, micro_batches * tp_exposed, micro_batches * sends, bubble, data_parallel, optimizer)
-        blocks_per_rank = [sum(end - start for start, end in ranges[rank::layout.pp]) for rank in range(layout.pp)]
+        tp_calls = [(collective, micro_batches * (1 + (layout.recompute == "full" and phase == "forward"))) for phase, collective in part.collectives]
+        pp_calls = [(send, 2 * micro_batches * layout.virtual_stages)] if layout.pp > 1 else []
         largest_block = max(block.activation_bytes for block in costs.blocks)
         memory = max(self._memory(layout, rank_part, rank, micro_batches, blocks_per_rank[rank], largest_block) for rank, rank_part in enumerate(per_rank))
         model_flops = 3 * self.forward_flops_per_sequence * self.global_batch
         recomputed = self.forward_flops_per_sequence * self.global_batch if layout.recompute == "full" else 0.0
         notes = ["tensor-parallel collectives overlapped with the layer's compute (only what outlasts it is exposed)"] if tp_overlap else []
         if layout.sequence_parallel:
-            notes.append("sequence parallelism's split of the norms, residuals and dropouts between the tensor-parallel layers is not modelled: "
-                         "each rank runs and keeps them whole (memory and time are upper bounds)")
+            notes.append("sequence parallelism: each block keeps 1/tp of the unsharded block's activations, and its norms and residuals run on 1/tp of the sequence")
         return TrainingPlan(layout, self.spec.name, self.link.name, layout.gpus, self.sequence, self.global_batch, breakdown, memory,
                             self.spec.memory_bytes, model_flops, model_flops + recomputed, self.spec.peak_for(self._dtype()),
-                            error_note(self.spec, "planned throughput"), tokens, tuple(notes))
+                            error_note(self.spec, "planned throughput"), tokens, tuple(notes),
+                            _step_collectives({"tensor parallel": tp_calls, "data parallel": dp_calls, "pipeline": pp_calls}))
 
     def _dtype(self) -> torch.dtype:
         return next((parameter.dtype for parameter in self.model.parameters() if parameter.is_floating_point()), torch.float32)
@@ -248,21 +290,31 @@ class Planner:
     def _element_size(self) -> int:
         return self._dtype().itemsize
 
-    def _data_parallel_seconds(self, layout: Layout, part: PartCosts, micro_batches: int, group: Placement) -> float:
-        """The data-parallel collectives' exposed time: what outlasts the compute it overlaps."""
+    def _data_parallel(self, layout: Layout, part: PartCosts, units: list[tuple[float, float, bool]], micro_batches: int,
+                       group: Placement) -> tuple[float, list[tuple[Collective, int]]]:
+        """The data-parallel collectives' exposed time (what outlasts the compute it overlaps), and
+        each collective with its calls per step. DDP all-reduces the gradients and ZeRO-1/2 reduce-
+        scatters them (with the last micro-batch's backward) and all-gathers the updated parameters
+        (with the next step's first forward). FSDP2 (ZeRO-3) runs each of its ``units`` alone in every
+        micro-batch: it gathers each unit's parameters for the forward and, but the root's (which it
+        keeps after the forward), again for the backward, and reduce-scatters each unit's gradients:
+        every call pays the ring's latency."""
         if layout.dp == 1:
-            return 0.0
-        gradients, parameters = part.gradient_bytes, part.parameter_bytes
+            return 0.0, []
+        dp = layout.dp
+        if layout.zero == 3:
+            forward = [Collective("all_gather", dp, int(parameters)) for parameters, _, _ in units]
+            backward = ([Collective("all_gather", dp, int(parameters)) for parameters, _, root in units if not root]
+                        + [Collective("reduce_scatter", dp, int(gradients)) for _, gradients, _ in units])
+            per_step = micro_batches
+        elif layout.zero == 0:
+            forward, backward, per_step = [], [Collective("all_reduce", dp, part.gradient_bytes)], 1
+        else:
+            forward, backward, per_step = [Collective("all_gather", dp, part.parameter_bytes)], [Collective("reduce_scatter", dp, part.gradient_bytes)], 1
 
-        def seconds(name: str, size: float) -> float:
-            return collective_seconds(Collective(name, layout.dp, int(size)), self.link, group)
-        forward, backward = part.forward_s, part.backward_s
-        if layout.zero == 3:  # every micro-batch gathers the stage's parameters twice and scatters its gradients
-            per_micro_batch = max(0.0, seconds("all_gather", parameters) - forward) + max(0.0, seconds("all_gather", parameters) + seconds("reduce_scatter", gradients) - backward)
-            return micro_batches * per_micro_batch
-        if layout.zero == 0:
-            return max(0.0, seconds("all_reduce", gradients) - backward)
-        return max(0.0, seconds("reduce_scatter", gradients) - backward) + max(0.0, seconds("all_gather", parameters) - forward)
+        def exposed(calls: list[Collective], compute: float) -> float:
+            return max(0.0, sum(collective_seconds(collective, self.link, group) for collective in calls) - compute)
+        return per_step * (exposed(forward, part.forward_s) + exposed(backward, part.backward_s)), [(collective, per_step) for collective in forward + backward]
 
     def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, blocks: int, largest_block: int) -> int:
         """A stage's rank's peak: its weights, gradients and optimizer state (their ZeRO shares), and

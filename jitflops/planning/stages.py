@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -27,6 +27,7 @@ from torch import nn
 from ..core.model_io import ModelCall
 from ..core.records import FORWARD
 from ..engine.counting import module_aliases
+from ..engine.flop_count import FlopCountAnalysis
 from ..estimates.devices import DeviceSpec
 from ..estimates.fake_sharding import fake_process_group, sharding_units, shard_like_tensor_parallel
 from ..estimates.memory_estimate import MemoryEstimate
@@ -85,8 +86,12 @@ class ModelCosts:
         total = NOTHING
         for kind in self.block_order[first:last]:
             total = total + self.blocks[kind]
-        share = (self.embedding_share if index == 0 else 0.0) + ((1 - self.embedding_share) if index == stages - 1 else 0.0)
+        share = self.outside_share(index, stages)
         return total + self.outside.scaled(share) if share else total
+
+    def outside_share(self, index: int, stages: int) -> float:
+        """The share of the outside stage ``index`` of ``stages`` holds: the embeddings' on the first, the head's on the last."""
+        return (self.embedding_share if index == 0 else 0.0) + ((1 - self.embedding_share) if index == stages - 1 else 0.0)
 
 
 def _signature(block: nn.Module) -> tuple[Any, ...]:
@@ -111,12 +116,15 @@ class ModelRecordings:
             raise ValueError(f"a plan trains a model whose forward takes input_ids and labels and returns its loss (a transformers ...ForCausalLM): "
                              f"{type(model).__name__}'s forward takes no labels")
         self.model, self.optimizer = model, optimizer
-        _, blocks = block_list(model)
+        self._container, self._blocks = block_list(model)
+        blocks = self._blocks
         kinds: dict[tuple[Any, ...], int] = {}
         self.block_order = tuple(kinds.setdefault(_signature(block), len(kinds)) for block in blocks)
         self._firsts = [self.block_order.index(kind) for kind in range(len(kinds))]
         self._recordings: dict[tuple[int, int, int], tuple[DispatchTrace, nn.Module, list[str]]] = {}
         self._memory: dict[tuple[int, int, int], MemoryEstimate] = {}
+        self._costs: dict[tuple[Any, ...], tuple[DeviceSpec, ModelCosts]] = {}
+        self._cut: Optional[tuple[nn.Module, list[str]]] = None
 
     @property
     def layers(self) -> int:
@@ -124,12 +132,26 @@ class ModelRecordings:
 
     def _cut_copy(self, micro_batch: int, sequence: int) -> tuple[nn.Module, ModelCall, list[str]]:
         """A meta copy of the model holding one block of each kind (renumbered from 0), its loss's call, and those blocks' names."""
+        if self._cut is None:  # the whole model is walked once; each copy after is of the cut one
+            cut, _, copies = empty_copy(self.model, ModelCall((), {}))
+            copies[self._container]._modules = {str(index): copies[self._blocks[position]] for index, position in enumerate(self._firsts)}
+            names = {module: name for name, module in cut.named_modules()}
+            self._cut = (cut, [names[copies[self._blocks[position]]] for position in self._firsts])
+        cut, names = self._cut
         ids = torch.zeros(micro_batch, sequence, dtype=torch.long, device="meta")
-        twin, call, copies = empty_copy(self.model, ModelCall((), {"input_ids": ids, "labels": ids}))
-        container, blocks = block_list(self.model)
-        copies[container]._modules = {str(index): copies[blocks[position]] for index, position in enumerate(self._firsts)}
-        names = {module: name for name, module in twin.named_modules()}
-        return twin, call, [names[copies[blocks[position]]] for position in self._firsts]
+        twin, call, _ = empty_copy(cut, ModelCall((), {"input_ids": ids, "labels": ids}))
+        return twin, call, names
+
+    def forward_flops(self, sequence: int) -> float:
+        """The whole model's forward FLOPs on one sequence of ``sequence`` tokens (no cache, no loss),
+        counted on the cut copy: its total, and each kind's block once more for every other block of
+        that kind (a 70B model's 80 blocks are one block's count 80 times, without tracing 80)."""
+        twin, _, names = self._cut_copy(1, sequence)
+        ids = torch.zeros(1, sequence, dtype=torch.long, device="meta")
+        analysis = FlopCountAnalysis(twin, (), {"input_ids": ids, "use_cache": False}).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+        per_module = analysis.by_module()
+        repeats = sum((self.block_order.count(kind) - 1) * per_module[name] for kind, name in enumerate(names))
+        return 2.0 * (analysis.total() + repeats)
 
     def recording(self, tp: int, micro_batch: int, sequence: int) -> tuple[DispatchTrace, nn.Module, list[str]]:
         key = (tp, micro_batch, sequence)
@@ -152,9 +174,17 @@ class ModelRecordings:
             self._memory[key] = memory_footprint(twin, (), call.kwargs, train=self.optimizer, tensor_parallel=tp if tp > 1 else None)
         return self._memory[key]
 
-    def costs(self, tp: int, micro_batch: int, sequence: int, spec: DeviceSpec, mode: str = "eager") -> ModelCosts:
+    def costs(self, tp: int, micro_batch: int, sequence: int, spec: DeviceSpec, mode: str = "eager", sequence_parallel: bool = False) -> ModelCosts:
         """Each part of the model on one rank of ``tp``, per micro-batch of ``micro_batch`` sequences
-        of ``sequence`` tokens, on ``spec``."""
+        of ``sequence`` tokens, on ``spec``; with ``sequence_parallel``, each block's split as Megatron's
+        sequence parallelism splits it (:func:`_split_sequence`)."""
+        sequence_parallel = sequence_parallel and tp > 1
+        key = (tp, micro_batch, sequence, id(spec), mode, sequence_parallel)
+        if key not in self._costs or self._costs[key][0] is not spec:
+            self._costs[key] = (spec, self._priced(tp, micro_batch, sequence, spec, mode, sequence_parallel))
+        return self._costs[key][1]
+
+    def _priced(self, tp: int, micro_batch: int, sequence: int, spec: DeviceSpec, mode: str, sequence_parallel: bool) -> ModelCosts:
         recording, twin, names = self.recording(tp, micro_batch, sequence)
         statistics = predicted_statistics(recording, spec, mode, module_aliases(twin), ignored=COMMUNICATION_FORMULAS.kinds())  # priced by their links
         memory = self.memory(tp, micro_batch, sequence)
@@ -172,12 +202,35 @@ class ModelRecordings:
 
         blocks = [part(name) for name in names]
         root = part("")
+        if sequence_parallel:
+            unsharded = self.memory(1, micro_batch, sequence)
+            blocks = [_split_sequence(block, twin.get_submodule(name), name, statistics.counts, unsharded.modules[name].saved_activations, tp)
+                      for block, name in zip(blocks, names)]
         outside_collectives = tuple((phase, collective) for scope, phase, collective in collectives if not any(within(scope, name) for name in names))
         rest = [getattr(root, field.name) - sum(getattr(block, field.name) for block in blocks) for field in dataclasses.fields(PartCosts) if field.name != "collectives"]
         outside = PartCosts(rest[0], rest[1], outside_collectives, *rest[2:])
         before = sum(sum(statistics.counts[name].values()) for name in _before(names[0].rpartition(".")[0], twin) if name in statistics.counts)
         share = min(1.0, before / max(outside.forward_s + outside.backward_s, 1e-12))
         return ModelCosts(outside, share, tuple(blocks), self.block_order)
+
+
+def _split_sequence(block: PartCosts, module: nn.Module, name: str, seconds: dict[str, dict[str, float]], unsharded_activations: int, tp: int) -> PartCosts:
+    """A block under sequence parallelism (Korthikanti et al., 2022): what tensor parallelism leaves
+    whole on every rank (the norms, the residual additions, the dropouts: the block's own ops and
+    its children that hold no sharded parameter) runs on ``1/tp`` of the sequence, and every
+    activation the block keeps is split ``tp`` ways: the unsharded block's (``unsharded_activations``)
+    over ``tp``. The all-reduces become all-gathers and reduce-scatters of the same bytes on a ring."""
+    from torch.distributed.tensor import DTensor  # imported where sharding is: it costs seconds
+    sharded = [f"{name}.{child}" for child, submodule in module.named_children()
+               if any(isinstance(parameter, DTensor) for parameter in submodule.parameters())]
+
+    def whole(backward: bool) -> float:
+        def phase_seconds(scope: str) -> float:
+            return sum(value for key, value in seconds.get(scope, {}).items() if ("." in key and key.partition(".")[0] != FORWARD) == backward)
+        return phase_seconds(name) - sum(phase_seconds(child) for child in sharded)
+    saved = 1 - 1 / tp
+    return dataclasses.replace(block, forward_s=block.forward_s - saved * whole(False), backward_s=block.backward_s - saved * whole(True),
+                               activation_bytes=unsharded_activations // tp)
 
 
 def _before(container: str, model: nn.Module) -> list[str]:

@@ -32,6 +32,9 @@ def plan_text(plan: TrainingPlan, model_name: str = "the model") -> str:
         f"  throughput: {format_quantity(plan.tokens_per_s, 'tokens/s')}, {plan.model_tflops_per_gpu:.1f} model TFLOP/s per GPU, "
         f"MFU {plan.mfu:.1%} (HFU {plan.hfu:.1%})",
     ]
+    if plan.collectives:
+        lines.append("  collectives a step: " + "; ".join(f"{each.group} {each.name} x{each.group_size}: {each.calls} calls, {format_bytes(each.bytes)}"
+                                                      for each in plan.collectives))
     if plan.tokens is not None:
         lines.append(f"  {plan.tokens:.3g} tokens: {plan.hours:,.1f} hours, {plan.gpu_hours:,.0f} GPU-hours")
     lines += [f"  note: {note}" for note in plan.notes]

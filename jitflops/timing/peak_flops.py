@@ -27,18 +27,25 @@ def gpu_peak_flops(device_name: str, dtype: torch.dtype) -> Optional[float]:
 
 
 @functools.lru_cache(maxsize=None)
-def cpu_peak_flops(dtype: torch.dtype, threads: int, size: int = 1024, repeats: int = 5) -> float:
-    """A GEMM probe: the best FLOP/s of ``repeats`` square matmuls of ``size``, with ``threads``
-    threads (measured once per process for each dtype and thread count)."""
-    a = torch.randn(size, size).to(dtype)
-    b = torch.randn(size, size).to(dtype)
-    torch.mm(a, b)  # warm-up: allocations, kernel selection
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+def cpu_peak_flops(dtype: torch.dtype, threads: int, size: int = 1024, repeats: int = 5, slow_s: float = 0.05) -> float:
+    """A GEMM probe: the best FLOP/s of ``repeats`` square matmuls, with ``threads`` threads
+    (measured once per process for each dtype and thread count). The products grow from 256 to
+    ``size`` while one takes under ``slow_s``: a dtype the CPU emulates (bfloat16 without AVX-512 or
+    AMX runs about 70 times slower than float32) is probed on small products in under a second,
+    where ``size`` ones took 14 s."""
+    edge = 256
+    while True:
+        a = torch.randn(edge, edge).to(dtype)
+        b = torch.randn(edge, edge).to(dtype)
+        torch.mm(a, b)  # warm-up: allocations, kernel selection
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - start)
+        if edge >= size or best > slow_s:
+            return 2 * edge**3 / best
+        edge *= 2
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> Optional[float]:
