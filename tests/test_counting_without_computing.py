@@ -182,6 +182,8 @@ def test_the_model_stays_usable_by_other_threads_while_it_is_counted():
       for op in ("add", "sub", "mul") for dtype in (torch.float32, torch.bfloat16)
       for other in (torch.randn(2, 3, 4, dtype=dtype), torch.tensor(2.5, dtype=torch.float64), torch.tensor(3), torch.randn(4))],
     ("add.Tensor", (torch.randint(5, (2, 3)), torch.randint(5, (2, 3)))),
+    *[(f"{op}.Tensor", pair) for op in ("add", "mul") for pair in (  # broadcast: a norm's scale first, rotary cosines, a variance
+        (torch.randn(8), torch.randn(2, 3, 8)), (torch.randn(2, 4, 3, 8), torch.randn(2, 1, 3, 8)), (torch.randn(2, 3, 1), torch.randn(1, 3, 8)))],
     ("sub.Tensor", (2, torch.randn(2, 3))),
     ("mul.Tensor", (torch.randn(2, 3), torch.randn(2, 3, dtype=torch.float64))),
     ("mul.Tensor", (torch.randn(3, 2).t(), torch.randn(2, 3))),

@@ -42,7 +42,7 @@ from ..core.records import EagerOpRecord, TensorMeta, argument_names
 from ..handles.registry import ShapeFormula
 from .dispatch_trace import DispatchTrace
 from .jit_fallback import is_compiled
-from .meta_values import call_blocker, empty_copy, meta_kernels_for_tracing, module_blocker
+from .meta_values import call_blocker, empty_copy, holds_meta, meta_kernels_for_tracing, module_blocker
 from .traced_path import on_the_traced_path
 
 logger = logging.getLogger(__name__)
@@ -477,7 +477,7 @@ def record_calls(
             names = {copies[module]: name for module, name in names.items()}
         with (
             preserved_through_copy(model) if on_meta_copy else preserved(model, values_on_write=True) as snapshot, _as_under_the_tracer(recording),
-            meta_kernels_for_tracing() if on_meta_copy else nullcontext(), torch.no_grad(),
+            meta_kernels_for_tracing() if on_meta_copy or holds_meta(list(model.parameters()), call) else nullcontext(), torch.no_grad(),
         ):
             recorder = _CallRecorder(handles, ignored, snapshot.save_before_write, on_meta_copy)
             entering, leaving = register_module_forward_pre_hook(enter), register_module_forward_hook(leave)

@@ -231,18 +231,20 @@ def _in_place(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
 
 def _arithmetic(ref: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """A binary arithmetic op (``add``, ``sub``, ``mul``) of a contiguous floating-point tensor and a
-    tensor of the same shape, dtype and layout (a residual connection), or a number (a 0-dim tensor
-    on the CPU, as torch passes a Python number): its output is shaped as the first. Other operands
-    go to torch's own meta kernel, the Python reference ``ref``, which broadcasts and promotes (about
-    60 us a call: half of a small CNN's forward on meta values); so do Python numbers, which torch's
-    Python dispatcher passes as they are (``rsub``'s reference under a ``FakeTensorMode``)."""
+    contiguous tensor of the same dtype and device (a residual connection; a norm's scale, a rotary
+    embedding's cosines: broadcast), or a number (a 0-dim tensor on the CPU, as torch passes a Python
+    number): its output is contiguous, of the broadcast shape (the CPU's kernel gives that for every
+    such pair: ``test_counting_without_computing.py``). Other operands go to torch's own meta kernel,
+    the Python reference ``ref``, which broadcasts and promotes (about 60 us a call: half of a small
+    CNN's forward on meta values, 0.5 ms a call in a 70B Llama's norms); so do Python numbers, which
+    torch's Python dispatcher passes as they are (``rsub``'s reference under a ``FakeTensorMode``)."""
 
     def kernel(self: Any, other: Any, **kwargs: Any) -> torch.Tensor:
-        if isinstance(self, torch.Tensor) and isinstance(other, torch.Tensor) and self.is_floating_point() and self.is_contiguous() and (
-            (self.shape == other.shape and self.dtype == other.dtype and other.is_contiguous())
-            or (other.dim() == 0 and not other.is_complex() and not other.is_meta)  # a number: the floating tensor's dtype wins
-        ):
-            return _empty(self, self.shape)
+        if isinstance(self, torch.Tensor) and isinstance(other, torch.Tensor) and self.is_floating_point() and self.is_contiguous():
+            if self.dtype == other.dtype and other.is_contiguous() and self.device == other.device:
+                return _empty(self, self.shape if self.shape == other.shape else torch.broadcast_shapes(self.shape, other.shape))
+            if other.dim() == 0 and not other.is_complex() and not other.is_meta:  # a number: the floating tensor's dtype wins
+                return _empty(self, self.shape)
         return ref(self, other, **kwargs)
 
     return kernel
