@@ -161,6 +161,18 @@ def test_an_sgd_training_step_by_hand():
     assert all(p.grad is None for p in model.parameters())  # the model is never touched
 
 
+def test_a_training_step_with_a_learned_attention_bias_keeps_its_gradient():
+    """T5 passes its learned position bias to attention as a mask that needs a gradient: the CPU's
+    flash kernel has none for it (a T5 step failed: 'not differentiable with respect to argument
+    attn_mask'), so that call takes the math path, as torch does; the bias gets its gradient."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.T5Config(d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16, vocab_size=100)
+    model = transformers.T5ForConditionalGeneration(config)
+    ids = torch.randint(0, 100, (2, 16))
+    step = predict_training_step(model, (), {"input_ids": ids, "decoder_input_ids": ids, "labels": ids}, device="h100")
+    assert step.backward_s > step.forward_s > 0 and step.optimizer_s > 0
+
+
 def test_generation_is_a_prefill_and_decode_steps_that_grow_with_the_cache():
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=100)

@@ -202,8 +202,9 @@ def _attention_by_its_fused_kernel(query: torch.Tensor, key: torch.Tensor, value
     forward, one backward (the CPU's flash kernel, whose meta kernels exist), where meta tensors take
     its math path (products, a softmax, and their backward over the whole score matrix). Grouped
     queries keep the math path: the CPU's flash kernel takes equal heads alone, and a CPU runs them
-    so."""
-    if enable_gqa and key.shape[-3] != query.shape[-3]:
+    so. So does a mask that needs a gradient (T5's learned position bias): the flash kernel has no
+    gradient for it, and torch takes the math path there too."""
+    if (enable_gqa and key.shape[-3] != query.shape[-3]) or (attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled()):
         return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
 
