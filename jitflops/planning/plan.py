@@ -12,8 +12,9 @@ Composed from parts that are each measured or recorded, not from a template of a
 - the pipeline: 1F1B runs ``m`` micro-batches in ``(m + p - 1)`` stage times, the interleaved
   schedule over ``v`` chunks fills and drains in ``(p - 1) / v`` of them;
 - data parallelism: DDP all-reduces the gradients, ZeRO-1/2 (a distributed optimizer)
-  reduce-scatters them and all-gathers the updated parameters, ZeRO-3 (FSDP2) all-gathers each
-  stage's parameters for every micro-batch's forward and backward and reduce-scatters its gradients;
+  reduce-scatters them and all-gathers the updated parameters, ZeRO-3 (FSDP2) gathers each block's
+  parameters for every micro-batch's forward and again for its backward (the root's once: it keeps
+  them) and reduce-scatters each unit's gradients, a call per unit (:meth:`Planner._data_parallel`);
   each gradient's bytes are the rank's parameters' (from the memory estimate of the sharded copy).
   The frameworks overlap them with compute: the gradients' reduction with the last micro-batch's
   backward, the parameters' gathering with the first one's forward (ZeRO-3: each micro-batch's);
