@@ -195,7 +195,7 @@ class ModelRecordings:
 
         def part(name: str) -> PartCosts:
             seconds = statistics.counts[name]
-            backward = sum(value for key, value in seconds.items() if "." in key and key.partition(".")[0] != FORWARD)
+            backward = sum(value for key, value in seconds.items() if _in_backward(key))
             inside = tuple((phase, collective) for scope, phase, collective in collectives if within(scope, name))
             module = memory.modules[name]
             return PartCosts(sum(seconds.values()) - backward, backward, inside, module.parameters, module.gradients, module.optimizer_state, module.saved_activations)
@@ -214,6 +214,11 @@ class ModelRecordings:
         return ModelCosts(outside, share, tuple(blocks), self.block_order)
 
 
+def _in_backward(key: str) -> bool:
+    """Whether a key of the predicted statistics (``op`` in the forward, ``phase.op`` after it) is a backward op's."""
+    return "." in key and key.partition(".")[0] != FORWARD
+
+
 def _split_sequence(block: PartCosts, module: nn.Module, name: str, seconds: dict[str, dict[str, float]], unsharded_activations: int, tp: int) -> PartCosts:
     """A block under sequence parallelism (Korthikanti et al., 2022): what tensor parallelism leaves
     whole on every rank (the norms, the residual additions, the dropouts: the block's own ops and
@@ -226,7 +231,7 @@ def _split_sequence(block: PartCosts, module: nn.Module, name: str, seconds: dic
 
     def whole(backward: bool) -> float:
         def phase_seconds(scope: str) -> float:
-            return sum(value for key, value in seconds.get(scope, {}).items() if ("." in key and key.partition(".")[0] != FORWARD) == backward)
+            return sum(value for key, value in seconds.get(scope, {}).items() if _in_backward(key) == backward)
         return phase_seconds(name) - sum(phase_seconds(child) for child in sharded)
     saved = 1 - 1 / tp
     return dataclasses.replace(block, forward_s=block.forward_s - saved * whole(False), backward_s=block.backward_s - saved * whole(True),
