@@ -188,23 +188,24 @@ def test_sequence_parallelism_splits_what_tensor_parallelism_leaves_whole():
     assert planner.plan(Layout(dp=2, tp=4, sequence_parallel=True)).memory_per_gpu_bytes < planner.plan(Layout(dp=2, tp=4)).memory_per_gpu_bytes
 
 
-def test_the_planned_collectives_are_what_a_real_run_on_two_gloo_ranks_runs(tmp_path):
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_planned_collectives_are_what_a_real_run_on_gloo_ranks_runs(tmp_path, world):
     """The plan's collectives of a step, composed from one recorded block and the rest, against a
-    real training micro-batch of the whole model on 2 gloo processes (``sharded_cases.planned_layouts``):
+    real training micro-batch of the whole model on 2 and 4 gloo processes (``sharded_cases.planned_layouts``):
     calls as ``CommDebugMode`` counts them, bytes as the dispatch recording of the real run reads them."""
-    ranks = spawn("planned_layouts", 2, tmp_path)
-    planner = Planner(small_gpt("meta"), 128, 2, "h100", "dgx-h100")
+    ranks = spawn("planned_layouts", world, tmp_path)
+    planner = Planner(small_gpt("meta"), 128, world, "h100", "dgx-h100")
 
     def planned(layout: Layout) -> dict[str, list[int]]:
         return {each.name: [each.calls, each.bytes] for each in planner.plan(layout).collectives}
     parameters = sum(parameter.numel() for parameter in small_gpt("meta").parameters()) * 4
     for rank in ranks:
         real, counted = rank["tensor_parallel"]["comm_debug"], rank["tensor_parallel"]["collectives"]
-        tensor_parallel = planned(Layout(tp=2, dp=1))  # the global batch of 2 sequences: 2 micro-batches of one
-        assert tensor_parallel["all_reduce"] == [2 * real["all_reduce"], 2 * (counted["all_reduce"][1] + counted["backward.all_reduce"][1])]
-        assert tensor_parallel["all_gather"] == [2 * real["all_gather_into_tensor"], 2 * 128 * 1024 * 4]  # the head's logits, gathered
+        tensor_parallel = planned(Layout(tp=world, dp=1))  # a global batch of ``world`` sequences: as many micro-batches of one
+        assert tensor_parallel["all_reduce"] == [world * real["all_reduce"], world * (counted["all_reduce"][1] + counted["backward.all_reduce"][1])]
+        assert tensor_parallel["all_gather"] == [world * real["all_gather_into_tensor"], world * 128 * 1024 * 4]  # the head's logits, gathered
         real, counted = rank["fsdp2"]["comm_debug"], rank["fsdp2"]["collectives"]
-        fsdp2 = planned(Layout(dp=2, zero=3))  # one micro-batch per replica: each block gathered twice, the root (kept) once
+        fsdp2 = planned(Layout(dp=world, zero=3))  # one micro-batch per replica: each block gathered twice, the root (kept) once
         assert fsdp2["all_gather"] == [real["_allgather_base_"], counted["all_gather"][1] + counted["backward.all_gather"][1]]
         assert fsdp2["reduce_scatter"] == [real["_reduce_scatter_base_"], counted["backward.reduce_scatter"][1]] == [5, parameters]
         assert counted["all_gather"][1] == parameters
