@@ -331,7 +331,7 @@ def make_parser() -> argparse.ArgumentParser:
     memory.add_argument("--autocast", choices=["bfloat16", "float16"], help="the forward under autocast to this dtype")
     memory.add_argument("--master-weights", action="store_true", help="with --train: float32 master copies of the (--dtype) weights, stepped by the optimizer")
     memory.add_argument("--fsdp", type=int, metavar="RANKS", help="with --train: one rank's memory when FSDP2 shards the model over RANKS ranks")
-    memory.add_argument("--tp", type=int, metavar="RANKS", help="one rank's memory when tensor parallelism (the transformers model's own plan) shards it over RANKS ranks")
+    memory.add_argument("--tp", type=int, metavar="RANKS", help="one rank's memory when tensor parallelism (the transformers model's own plan) shards it over RANKS ranks (with --fsdp: a 2-D mesh, FSDP2 over the data-parallel ranks)")
     memory.add_argument("--kv-cache", type=int, metavar="LENGTH", help="inference: the KV cache grown to LENGTH tokens")
     memory.add_argument("--fit", choices=["batch", "length"], help="the largest batch size (first dimension) or length (second) of the inputs that fits on --device")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -543,12 +543,21 @@ def calibrate_main(argv: Sequence[str]) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     parser.add_argument("--output", help="write the spec here (JSON); default: print it")
     parser.add_argument("--budget", type=float, metavar="SECONDS", help="the calibration's time (default: 40, or the environment's JITFLOPS_CALIBRATION_BUDGET_S)")
+    parser.add_argument("--collectives", type=int, metavar="RANKS", help="instead, measure the collectives of RANKS gloo processes on this machine's loopback "
+                        "(all-reduce, all-gather, reduce-scatter, 64 KiB to 16 MiB) as an interconnect for 'jitflops plan --interconnect FILE'")
     args = parser.parse_args(argv)
-    spec = calibrate(args.device, budget_s=args.budget)
-    if args.output:
-        write_text(args.output, spec.to_json())
+    if args.collectives is not None:
+        from .planning.link_calibration import calibrate_collectives
+
+        if args.collectives < 2:
+            parser.error(f"--collectives needs at least 2 ranks, got {args.collectives}")
+        text = json.dumps(calibrate_collectives(args.collectives), indent=1) + "\n"
     else:
-        print(spec.to_json())
+        text = calibrate(args.device, budget_s=args.budget).to_json()
+    if args.output:
+        write_text(args.output, text)
+    else:
+        print(text, end="" if text.endswith("\n") else "\n")
     return 0
 
 
@@ -564,7 +573,7 @@ def make_plan_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="config settings overriding the model's")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES), help="the weights' and activations' dtype (default bfloat16)")
     parser.add_argument("--device", default="h100", help="a name of the device table (default h100) or a spec file")
-    parser.add_argument("--interconnect", help="the interconnect table's name (default: the device's reference system, e.g. dgx-h100)")
+    parser.add_argument("--interconnect", help="the interconnect table's name (default: the device's reference system, e.g. dgx-h100), or a file from 'jitflops calibrate --collectives N'")
     parser.add_argument("--gpus", type=int, help="GPUs in all")
     parser.add_argument("--sequence", "--seq", type=int, default=4096, help="tokens per sequence (default 4096)")
     parser.add_argument("--batch", "--global-batch", type=int, help="sequences per step (the global batch)")

@@ -375,17 +375,27 @@ def _printed(out: str, label: str) -> str:
     return next(line[len(label) + 1:].strip() for line in out.splitlines() if line.startswith(label + ":"))
 
 
-def _tensor_parallel_rank(rank: int, world: int, port: int, folder: str, estimates: dict[str, int]) -> None:
-    """One gloo rank of a real tensor-parallel Llama (its own plan): MemTracker's least peak of 3 steady steps."""
+def _sharded_rank(rank: int, world: int, port: int, folder: str, estimates: dict[str, int]) -> None:
+    """One of 4 gloo ranks on a 2 x 2 mesh of a real Llama split by its own tensor-parallel plan over
+    ``tp`` (``tp`` modes), with FSDP2 over ``dp`` on top (``fsdp_tp``): MemTracker's least peak of 3
+    steady steps."""
+    from torch.distributed.fsdp import fully_shard
+
+    from jitflops.estimates.fake_sharding import sharding_units
+
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (world,))
+        mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
         peaks = {}
         for mode in estimates:
             model = _llama()
-            shard_like_tensor_parallel(model, mesh)
+            shard_like_tensor_parallel(model, mesh["tp"])
+            if mode == "fsdp_tp":
+                for unit in sharding_units(model):
+                    fully_shard(unit, mesh=mesh["dp"])
+                fully_shard(model, mesh=mesh["dp"])
             ids = torch.randint(0, 1000, (2, 64), generator=torch.Generator().manual_seed(0))
-            optimizer = torch.optim.AdamW(model.parameters()) if mode == "adamw" else None
+            optimizer = torch.optim.AdamW(model.parameters()) if mode != "inference" else None
             model.train(optimizer is not None)
 
             def step() -> None:
@@ -399,7 +409,6 @@ def _tensor_parallel_rank(rank: int, world: int, port: int, folder: str, estimat
                 else:
                     del output
             step()
-            step()
             # gloo's thread may hold a collective's buffer a little longer: the least of 3 steps
             peaks[mode] = min(_memtracker_peak(model, step, optimizer) for _ in range(3)) + 2 * ids.nbytes
         (Path(folder) / f"rank{rank}.json").write_text(json.dumps(peaks))
@@ -407,7 +416,7 @@ def _tensor_parallel_rank(rank: int, world: int, port: int, folder: str, estimat
         torch.distributed.destroy_process_group()
 
 
-def test_tensor_parallel_shards_per_rank_by_hand_and_on_two_gloo_ranks(tmp_path):
+def test_tensor_parallel_and_fsdp2_by_tensor_parallel_shard_per_rank_by_hand_and_on_four_gloo_ranks(tmp_path):
     model = _llama()
     ids = torch.randint(0, 1000, (2, 64))
     inputs = {"input_ids": ids, "labels": ids}
@@ -421,16 +430,19 @@ def test_tensor_parallel_shards_per_rank_by_hand_and_on_two_gloo_ranks(tmp_path)
     assert sharded.modules["model.embed_tokens"].gradients == FP32 * 1000 * 128
     assert sharded.modules["model.layers.0.self_attn.q_proj"].parameters == FP32 * 128 * 128 // 2
     assert sharded.peak < whole.peak and sharded.settings["tensor_parallel"] == 2
+    # a 2-D mesh: FSDP2 shards each rank's tensor-parallel shard (the norms too) over 2 more, gradients with them
+    estimates["fsdp_tp"] = both = memory_footprint(model, inputs, train="adamw", fsdp=2, tensor_parallel=2)
+    assert both.model.parameters == both.model.gradients == sum(
+        FP32 * math.ceil(p.numel() // (1 if "norm" in name else 2) / 2) for name, p in model.named_parameters())
+    assert both.settings["fsdp"] == both.settings["tensor_parallel"] == 2 and both.peak < sharded.peak
     assert not torch.distributed.is_initialized()
-    mp.spawn(_tensor_parallel_rank, args=(2, _free_port(), str(tmp_path), {mode: e.peak for mode, e in estimates.items()}), nprocs=2, join=True)
-    for rank in range(2):
+    mp.spawn(_sharded_rank, args=(4, _free_port(), str(tmp_path), {mode: e.peak for mode, e in estimates.items()}), nprocs=4, join=True)
+    for rank in range(4):
         measured = json.loads((tmp_path / f"rank{rank}.json").read_text())
         for mode, estimate in estimates.items():
             assert estimate.peak == pytest.approx(measured[mode], rel=0.001), (rank, mode)
     with pytest.raises(ShardingError, match="GPT2LMHeadModel has no tensor-parallel plan"):
         memory_footprint(transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100)), ids[:, :8], tensor_parallel=2)
-    with pytest.raises(ValueError, match="fsdp with tensor_parallel"):
-        memory_footprint(model, inputs, train="adamw", fsdp=2, tensor_parallel=2)
 
 
 def _free_port() -> int:

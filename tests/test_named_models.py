@@ -100,7 +100,7 @@ def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "jitflops", *args], capture_output=True, text=True, timeout=300, env=environment)
 
 
-def test_a_hub_id_resolves_from_the_hub_cache_offline(tmp_path, llama_folder):
+def test_a_hub_id_resolves_from_the_hub_cache_offline(tmp_path, llama_folder, monkeypatch, capsys):
     cache = _hub_cache(tmp_path / "hub", "meta-llama/Meta-Llama-3-8B", {"config.json": LLAMA_3_8B})
     run = _cli("meta-llama/Meta-Llama-3-8B", "--input-ids", f"1,{TOKENS}", "--format", "json", "--quiet", cache=cache)
     assert run.returncode == 0, run.stderr
@@ -108,13 +108,23 @@ def test_a_hub_id_resolves_from_the_hub_cache_offline(tmp_path, llama_folder):
     assert document["summary"]["macs"] == _llama_macs(LLAMA_3_8B, TOKENS, lm_head=True) and document["summary"]["device"] == "meta"
     assert document["summary"]["counted_by"] == "jit" and document["summary"]["model_class"] == "LlamaForCausalLM"
     assert document["summary"]["params"] == LLAMA_3_8B_PARAMETERS
-    table = _cli("meta-llama/Meta-Llama-3-8B", "--input-ids", "1,16", "--quiet", cache=cache)
-    assert table.stdout.startswith("Model: LlamaForCausalLM, built from meta-llama/Meta-Llama-3-8B\n"), table.stdout[:200]
-    folder = _cli(str(llama_folder), "--input-ids", f"1,{TOKENS}", "--format", "json", "--quiet", "--task", "model", cache=cache)
-    assert json.loads(folder.stdout)["summary"]["macs"] == _llama_macs(LLAMA_3_8B, TOKENS)
-    assert json.loads(folder.stdout)["summary"]["model_class"] == "LlamaModel"
-    missing = _cli("meta-llama/Not-There", "--input-ids", "1,8", cache=cache)
-    assert missing.returncode == 2 and "not in the Hub cache" in missing.stderr and "offline" in missing.stderr
+
+    # the rest in this process (the Hub's client reads its cache and offline switch at each call)
+    import huggingface_hub.constants
+
+    from jitflops.cli import main
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert main(["meta-llama/Meta-Llama-3-8B", "--input-ids", "1,16", "--quiet"]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("Model: LlamaForCausalLM, built from meta-llama/Meta-Llama-3-8B\n"), table[:200]
+    assert main([str(llama_folder), "--input-ids", f"1,{TOKENS}", "--format", "json", "--quiet", "--task", "model"]) == 0
+    folder = json.loads(capsys.readouterr().out)
+    assert folder["summary"]["macs"] == _llama_macs(LLAMA_3_8B, TOKENS) and folder["summary"]["model_class"] == "LlamaModel"
+    missing = main(["meta-llama/Not-There", "--input-ids", "1,8"])
+    error = capsys.readouterr().err
+    assert missing == 2 and "not in the Hub cache" in error and "offline" in error
 
 
 def test_names_that_name_nothing_say_what_was_looked_for(tmp_path, llama_folder):

@@ -10,6 +10,7 @@ timeline (``profile_memory=True``). Errors are the estimate over each, less one.
     python tools/memory_accuracy.py                    # writes tools/memory_results.json
     torchrun --nproc_per_node 2 tools/memory_accuracy.py --fsdp   # FSDP2 on 2 gloo ranks (and 4)
     torchrun --nproc_per_node 2 tools/memory_accuracy.py --tp     # tensor parallelism, the models' own plans
+    torchrun --nproc_per_node 4 tools/memory_accuracy.py --fsdp --tp   # FSDP2 over 2 by tensor parallelism over 2
     python tools/memory_accuracy.py --scale            # Llama-3-8B at 4,096 tokens: seconds
 """
 
@@ -135,8 +136,9 @@ def measure(name: str, mode: str, dtype: torch.dtype = torch.float32) -> dict[st
 
 
 def sharded(kind: str) -> None:
-    """Each model sharded over the ranks, ``kind`` ``fsdp`` (FSDP2, an AdamW step) or ``tp``
-    (tensor parallelism by the model's own plan, inference and an AdamW step); rank 0's estimate
+    """Each model sharded over the ranks, ``kind`` ``fsdp`` (FSDP2, an AdamW step), ``tp``
+    (tensor parallelism by the model's own plan, inference and an AdamW step) or ``fsdp_tp`` (a 2-D
+    mesh: FSDP2 over half the ranks of a model split over 2 by its plan, an AdamW step); rank 0's estimate
     (made before the process group, on a fake one) against what MemTracker measures on each rank.
     A model whose plan torch cannot apply, or whose heads do not divide over the ranks, is listed
     with the reason."""
@@ -145,8 +147,8 @@ def sharded(kind: str) -> None:
     from torch.distributed.fsdp import fully_shard
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    cases = [(name, mode) for name in MODELS for mode in (("adamw",) if kind == "fsdp" else ("inference", "adamw"))]
-    option = {"fsdp": world} if kind == "fsdp" else {"tensor_parallel": world}
+    cases = [(name, mode) for name in MODELS for mode in (("inference", "adamw") if kind == "tp" else ("adamw",))]
+    option = {"fsdp": {"fsdp": world}, "tp": {"tensor_parallel": world}, "fsdp_tp": {"fsdp": world // 2, "tensor_parallel": 2}}[kind]
     estimates: dict[tuple[str, str], Any] = {}
     for name, mode in cases:
         try:
@@ -154,20 +156,25 @@ def sharded(kind: str) -> None:
         except (ShardingError, TraceError) as error:
             estimates[name, mode] = str(error).splitlines()[0]
     dist.init_process_group("gloo")
-    mesh = init_device_mesh("cpu", (world,))
+    mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("dp", "tp")) if kind == "fsdp_tp" else init_device_mesh("cpu", (world,))
+    data_mesh, model_mesh = (mesh["dp"], mesh["tp"]) if kind == "fsdp_tp" else (mesh, mesh)
     rows = []
+
+    def label(mode: str) -> str:
+        return {"tp": f"tp x{world} {mode}", "fsdp": f"fsdp2 x{world}", "fsdp_tp": f"fsdp2 x{world // 2} by tp x2"}[kind]
+
     for name, mode in cases:
         estimate = estimates[name, mode]
         if isinstance(estimate, str):
-            rows.append({"model": name, "mode": f"{kind} x{world} {mode}", "not_estimated": estimate})
+            rows.append({"model": name, "mode": label(mode), "not_estimated": estimate})
             continue
         model = build(name)
-        if kind == "fsdp":
+        if kind != "fsdp":
+            shard_like_tensor_parallel(model, model_mesh)
+        if kind != "tp":
             for unit in sharding_units(model):
-                fully_shard(unit)
-            fully_shard(model)
-        else:
-            shard_like_tensor_parallel(model, mesh)
+                fully_shard(unit, mesh=data_mesh)
+            fully_shard(model, mesh=data_mesh)
         inputs = batch(2)
         step, optimizer = real_step(model, inputs, mode)
         step()  # a steady step: a rank's first forward or backward of a process held up to 1.5 MB more, once
@@ -178,12 +185,12 @@ def sharded(kind: str) -> None:
         lows, highs = [None] * world, [None] * world
         dist.all_gather_object(lows, min(tracked))
         dist.all_gather_object(highs, max(tracked))
-        rows.append({"model": name, "mode": f"{kind} x{world} {mode}" if kind == "tp" else f"fsdp2 x{world}", "estimate": estimate,
+        rows.append({"model": name, "mode": label(mode), "estimate": estimate,
                      "memtracker_per_rank": highs, "memtracker_least_per_rank": lows, "error_vs_memtracker": estimate / max(highs) - 1,
                      "error_vs_least": estimate / max(lows) - 1})
     if dist.get_rank() == 0:
         print(json.dumps(rows, indent=1))
-        write({f"{'fsdp2' if kind == 'fsdp' else 'tensor_parallel'}_{world}_ranks": rows})
+        write({f"{ {'fsdp': 'fsdp2', 'tp': 'tensor_parallel', 'fsdp_tp': 'fsdp2_by_tensor_parallel'}[kind]}_{world}_ranks": rows})
     dist.barrier()  # else a rank leaving while rank 0 writes aborts gloo ("terminate called without an active exception")
     dist.destroy_process_group()
 
@@ -229,7 +236,7 @@ def main() -> None:
         scale()
         return
     if args.fsdp or args.tp:
-        sharded("fsdp" if args.fsdp else "tp")
+        sharded("fsdp_tp" if args.fsdp and args.tp else "fsdp" if args.fsdp else "tp")
         return
     rows = []
     for name in args.models:

@@ -26,8 +26,11 @@ class ShardingError(RuntimeError):
 
 
 @contextmanager
-def fake_process_group(world_size: int) -> Iterator["dist.DeviceMesh"]:
-    """A default process group of ``world_size`` fake ranks (this process is rank 0) and its 1-D mesh."""
+def fake_process_group(world_size: int, tensor_parallel: Optional[int] = None) -> Iterator["dist.DeviceMesh"]:
+    """A default process group of ``world_size`` fake ranks (this process is rank 0) and its 1-D mesh;
+    with ``tensor_parallel``, a 2-D mesh of ``world_size // tensor_parallel`` data-parallel by
+    ``tensor_parallel`` ranks, named ``dp`` and ``tp`` (torchtitan's and torch's tutorials' order:
+    tensor parallelism innermost)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -35,9 +38,18 @@ def fake_process_group(world_size: int) -> Iterator["dist.DeviceMesh"]:
         raise ShardingError("a process group is initialised already: estimate FSDP2 shards in a process of its own, before init_process_group")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
-        yield init_device_mesh("cpu", (world_size,))
+        if tensor_parallel is None:
+            yield init_device_mesh("cpu", (world_size,))
+        else:
+            yield init_device_mesh("cpu", (world_size // tensor_parallel, tensor_parallel), mesh_dim_names=("dp", "tp"))
     finally:
         dist.destroy_process_group()
+        # DTensor caches each op's sharding by its meshes, which hash by their ranks: a real mesh of
+        # the same shape built later would be handed the fake one's process groups
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+        _clear_sharding_prop_cache()
+
 
 
 def _shares_weights_outside(unit: nn.Module, holders: Mapping[int, list[int]]) -> bool:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.utils import _pytree as pytree
 
 from .devices import DeviceSpec, device_spec, is_cpu_spec
@@ -117,7 +117,9 @@ def memory_footprint(
     - ``tensor_parallel``: the ranks tensor parallelism shards over (one rank's memory; the inputs
       are every rank's); ``tp_plan``: module names to torch ``ParallelStyle`` s or ``"colwise"``,
       ``"rowwise"``, ``"colwise_gather_output"`` (default: a transformers model's own plan).
-      Not together with ``fsdp``: torch's 2-D mesh does not build on fake tensors.
+      With ``fsdp`` too, one rank of a 2-D mesh: ``fsdp`` data-parallel by ``tensor_parallel`` ranks
+      (``fully_shard`` over the first dimension of a model parallelized over the second, as
+      torchtitan does); the inputs are the rank's data-parallel batch.
     - ``device``: the device the step would run on (a name of the device table or a spec): a GPU
       rounds allocations as the CUDA caching allocator does and steps torch's optimizers with their
       multi-tensor (``foreach``) implementation, as torch does by default there. A model on a GPU
@@ -135,8 +137,6 @@ def memory_footprint(
         raise ValueError(f"{type(model).__name__} has no activation_checkpointing_enable() or gradient_checkpointing_enable(): wrap its blocks in torch.utils.checkpoint instead of checkpointing=True")
     if checkpointing and train is None:
         raise ValueError("checkpointing=True applies to training: give train=<optimizer>")
-    if fsdp is not None and tensor_parallel is not None:
-        raise ValueError("fsdp with tensor_parallel (a 2-D mesh) cannot be estimated: torch's 2-D mesh does not build on fake tensors; give one of them")
     if kv_cache_length is not None and train is not None:
         raise ValueError("kv_cache_length applies to inference (generation): leave train unset")
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
@@ -144,8 +144,11 @@ def memory_footprint(
     settings = {"dtype": dtype, "autocast": autocast, "master_weights": master_weights, "checkpointing": checkpointing, "fsdp": fsdp,
                 "tensor_parallel": tensor_parallel, "device": spec.name if spec else None, "batch": _batch(call)}
     with ExitStack() as stack:
-        if fsdp is not None or tensor_parallel is not None:
-            mesh = stack.enter_context(fake_process_group(fsdp or tensor_parallel))
+        if fsdp is not None and tensor_parallel is not None:
+            mesh = stack.enter_context(fake_process_group(fsdp * tensor_parallel, tensor_parallel))
+            data_mesh, model_mesh = mesh["dp"], mesh["tp"]
+        elif fsdp is not None or tensor_parallel is not None:
+            data_mesh = model_mesh = stack.enter_context(fake_process_group(fsdp or tensor_parallel))
         stack.enter_context(fake_mode)
         stack.enter_context(meta_kernels(DEVICE_META_KERNELS))
         if dtype is not None:
@@ -154,10 +157,13 @@ def memory_footprint(
         twin.train(train is not None)
         if checkpointing:
             getattr(twin, _checkpointing_switch(twin))()
-        if fsdp is not None:
-            shard_like_fsdp2(twin, mesh, fsdp_units)
-        if tensor_parallel is not None:
-            shard_like_tensor_parallel(twin, mesh, tp_plan)
+        # outside the fake mode, the copy's tensors still dispatch to it, while a mesh's rank map (a
+        # real integer tensor, which FSDP2 on a 2-D mesh indexes to concatenate its meshes) stays real
+        with unset_fake_temporarily():
+            if tensor_parallel is not None:
+                shard_like_tensor_parallel(twin, model_mesh, tp_plan)
+            if fsdp is not None:
+                shard_like_fsdp2(twin, data_mesh, fsdp_units)
         step = _Step(twin, fake_call, rounding)
         try:
             output = _run(step, factory, autocast, master_weights, torch.device(fake_device).type)

@@ -57,4 +57,8 @@ def collective_seconds(collective: Collective, link: Interconnect, placement: Pl
         return 0.0
     ranks = max(collective.group_size, 2)
     steps = RING_STEPS.get(collective.name, lambda n: n - 1)(ranks)
-    return collective.bytes * BUS_FACTORS[collective.name](ranks) / bus_bandwidth(link, placement) + steps * link.latency(placement.crosses_nodes)
+    bus_bytes = collective.bytes * BUS_FACTORS[collective.name](ranks)
+    measured = link.measured_collectives.get(collective.name)
+    if measured is not None and not placement.crosses_nodes:
+        return bus_bytes / measured["bus_bandwidth"] + steps * measured["latency_s"]
+    return bus_bytes / bus_bandwidth(link, placement) + steps * link.latency(placement.crosses_nodes)

@@ -11,8 +11,12 @@ of NVLink's 450 GB/s each way; over InfiniBand NDR about 90% of its 50 GB/s).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import json
 from dataclasses import dataclass
+from typing import Mapping
+from pathlib import Path
 
 from ..estimates.devices import device_spec, is_device_name
 
@@ -39,6 +43,10 @@ class Interconnect:
     efficiency: float = 0.8
     """The share of a link's bandwidth a collective's bus bandwidth reaches (typical, not measured)."""
     inter_node_efficiency: float = 0.9
+    measured_collectives: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    """Each collective's ``latency_s`` per ring step and ``bus_bandwidth`` as measured on one node
+    (``jitflops calibrate --collectives``): a backend runs each by an algorithm of its own. A
+    collective not in it takes the tiers' figures."""
     source: str = ""
 
     def latency(self, crosses_nodes: bool) -> float:
@@ -69,7 +77,10 @@ FOR_DEVICE = {"h100-sxm": "dgx-h100", "h200": "hgx-h200", "gh200": "hgx-h200", "
 
 
 def interconnect(name: str) -> Interconnect:
-    """The table's interconnect called ``name`` (or the reference system of a device of the device table)."""
+    """The table's interconnect called ``name`` (or the reference system of a device of the device
+    table), or the one a JSON file describes (``jitflops calibrate --collectives N --output FILE``)."""
+    if name.endswith(".json") or Path(name).is_file():
+        return _from_file(name)
     key = name.strip().lower()
     if key not in INTERCONNECTS and is_device_name(key):
         key = device_spec(key).name  # the table's own name of an alias: h100 is h100-sxm
@@ -79,3 +90,17 @@ def interconnect(name: str) -> Interconnect:
     close = difflib.get_close_matches(key, [*INTERCONNECTS, *FOR_DEVICE], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise InterconnectError(f"unknown interconnect {name!r}{hint} (known: {', '.join(sorted(INTERCONNECTS))})")
+
+
+def _from_file(path: str) -> Interconnect:
+    """The interconnect of a calibration's file (its ``interconnect`` entry) or of a file of its fields."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise InterconnectError(f"cannot read the interconnect {path!r}: {error}") from None
+    fields = document.get("interconnect", document) if isinstance(document, dict) else None
+    known = {field.name for field in dataclasses.fields(Interconnect)}
+    if not isinstance(fields, dict) or not {"name", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth"} <= fields.keys() or fields.keys() - known:
+        raise InterconnectError(f"the interconnect {path!r} is not one: it needs name, gpus_per_node, intra_node_bandwidth and inter_node_bandwidth "
+                                f"(and takes {', '.join(sorted(known))})")
+    return Interconnect(**fields)

@@ -36,7 +36,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import nn
 
-from ..estimates.devices import DeviceSpec, device_spec
+from ..estimates.devices import DeviceSpec, device_spec, is_cpu_spec
 from ..estimates.error_bands import error_note
 from ..estimates.training_step_time import predict_training_step
 from ..handles.collectives import Collective
@@ -209,6 +209,9 @@ class Planner:
         self.model, self.sequence, self.global_batch = model, sequence, global_batch
         self.spec = device_spec(device)
         self.link = interconnect(link) if isinstance(link, str) else link
+        # collectives overlap compute on a GPU (NCCL's kernels have SMs and copy engines of their
+        # own), not on a CPU, where gloo's threads run on the cores that compute
+        self._overlaps = not is_cpu_spec(self.spec)
         self.optimizer = optimizer
         self.recordings = ModelRecordings(model, optimizer)
         self._forward_flops: Optional[float] = None
@@ -235,6 +238,9 @@ class Planner:
         if layout.cp > 1 or layout.ep > 1:
             raise LayoutError("context and expert parallelism are not planned yet: give cp=1 and ep=1")
         micro_batches = layout.micro_batches(self.global_batch)
+        heads = key_value_heads(self.model)
+        if heads is not None and heads % layout.tp:
+            raise LayoutError(f"tp {layout.tp} does not divide the {heads} key-value heads")
         costs = self.recordings.costs(layout.tp, layout.micro_batch, self.sequence, self.spec, sequence_parallel=layout.sequence_parallel)
         chunks = layout.pp * layout.virtual_stages
         if costs.layers % chunks:
@@ -256,7 +262,7 @@ class Planner:
             tp = forward_tp + backward_tp
             if layout.recompute == "full":
                 compute, tp = compute + part.forward_s, tp + forward_tp
-            exposed = max(0.0, tp - compute) if tp_overlap else tp
+            exposed = max(0.0, tp - compute) if tp_overlap and self._overlaps else tp
             sends = 2 * collective_seconds(send, self.link, pp_pair)
             return compute, exposed, sends * layout.virtual_stages if layout.pp > 1 else 0.0
 
@@ -274,10 +280,13 @@ class Planner:
         tp_calls = [(collective, micro_batches * (1 + (layout.recompute == "full" and phase == "forward"))) for phase, collective in part.collectives]
         pp_calls = [(send, 2 * micro_batches * layout.virtual_stages)] if layout.pp > 1 else []
         largest_block = max(block.activation_bytes for block in costs.blocks)
-        memory = max(self._memory(layout, rank_part, rank, micro_batches, blocks_per_rank[rank], largest_block) for rank, rank_part in enumerate(per_rank))
+        transient = self.recordings.transient(layout.tp, layout.micro_batch, self.sequence, fsdp=layout.zero == 3 and layout.dp > 1)
+        memory = transient + max(self._memory(layout, rank_part, rank, micro_batches, blocks_per_rank[rank], largest_block) for rank, rank_part in enumerate(per_rank))
         model_flops = 3 * self.forward_flops_per_sequence * self.global_batch
         recomputed = self.forward_flops_per_sequence * self.global_batch if layout.recompute == "full" else 0.0
-        notes = ["tensor-parallel collectives overlapped with the layer's compute (only what outlasts it is exposed)"] if tp_overlap else []
+        notes = ["tensor-parallel collectives overlapped with the layer's compute (only what outlasts it is exposed)"] if tp_overlap and self._overlaps else []
+        if not self._overlaps:
+            notes.append("a CPU: collectives run on the cores that compute (gloo's threads), so none is overlapped")
         if layout.sequence_parallel:
             notes.append("sequence parallelism: each block keeps 1/tp of the unsharded block's activations, and its norms and residuals run on 1/tp of the sequence")
         return TrainingPlan(layout, self.spec.name, self.link.name, layout.gpus, self.sequence, self.global_batch, breakdown, memory,
@@ -314,11 +323,13 @@ class Planner:
             forward, backward, per_step = [Collective("all_gather", dp, part.parameter_bytes)], [Collective("reduce_scatter", dp, part.gradient_bytes)], 1
 
         def exposed(calls: list[Collective], compute: float) -> float:
-            return max(0.0, sum(collective_seconds(collective, self.link, group) for collective in calls) - compute)
+            return max(0.0, sum(collective_seconds(collective, self.link, group) for collective in calls) - (compute if self._overlaps else 0.0))
         return per_step * (exposed(forward, part.forward_s) + exposed(backward, part.backward_s)), [(collective, per_step) for collective in forward + backward]
 
     def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, blocks: int, largest_block: int) -> int:
-        """A stage's rank's peak: its weights, gradients and optimizer state (their ZeRO shares), and
+        """A stage's rank's peak, less the step's transient (:meth:`ModelRecordings.transient`, added
+        to every stage: the first one's is overstated by the head's logits): its weights, gradients
+        and optimizer state (their ZeRO shares), and
         the activations of the micro-batches 1F1B keeps in flight on it (``p - rank``; interleaved: a
         chunk's worth more per round). With full recomputation a micro-batch keeps each block's input
         alone, and the block being recomputed its own activations."""
@@ -330,6 +341,12 @@ class Planner:
         if layout.recompute == "full":
             return int(weights + gradients + state + in_flight * blocks * _boundary_bytes(self.model, layout.micro_batch, self.sequence, layout) + largest_block)
         return int(weights + gradients + state + in_flight * part.activation_bytes)
+
+
+def key_value_heads(model: nn.Module) -> Optional[int]:
+    """The key-value heads tensor parallelism splits (a transformers config's), where the model says."""
+    config = getattr(model, "config", None)
+    return getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
 
 
 def plan_training(model: nn.Module, sequence: int, global_batch: int, device: Union[str, DeviceSpec], gpus: int,

@@ -15,7 +15,7 @@ from typing import Optional
 
 from ..estimates.fake_sharding import ShardingError
 from .layout import Layout, LayoutError
-from .plan import Planner, TrainingPlan
+from .plan import Planner, TrainingPlan, key_value_heads
 
 
 @dataclass(frozen=True)
@@ -34,15 +34,10 @@ def _divisors(value: int) -> list[int]:
     return [candidate for candidate in range(1, value + 1) if value % candidate == 0]
 
 
-def _heads(planner: Planner) -> Optional[int]:
-    config = getattr(planner.model, "config", None)
-    return getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
-
-
 def candidate_layouts(planner: Planner, gpus: int, micro_batch: int = 1) -> tuple[list[Layout], list[str]]:
     """Every layout of ``gpus`` GPUs :func:`best_layouts` plans for ``planner``'s model, and each
     family it leaves out with why."""
-    heads = _heads(planner)
+    heads = key_value_heads(planner.model)
     layers = planner.recordings.layers
     layouts, rejected = [], []
     for tp in _divisors(gpus):

@@ -122,7 +122,7 @@ class ModelRecordings:
         self.block_order = tuple(kinds.setdefault(_signature(block), len(kinds)) for block in blocks)
         self._firsts = [self.block_order.index(kind) for kind in range(len(kinds))]
         self._recordings: dict[tuple[int, int, int], tuple[DispatchTrace, nn.Module, list[str]]] = {}
-        self._memory: dict[tuple[int, int, int], MemoryEstimate] = {}
+        self._memory: dict[tuple[int, int, int, bool], MemoryEstimate] = {}
         self._costs: dict[tuple[Any, ...], tuple[DeviceSpec, ModelCosts]] = {}
         self._cut: Optional[tuple[nn.Module, list[str]]] = None
 
@@ -167,12 +167,23 @@ class ModelRecordings:
             self._recordings[key] = (recording, twin, names)
         return self._recordings[key]
 
-    def memory(self, tp: int, micro_batch: int, sequence: int) -> MemoryEstimate:
-        key = (tp, micro_batch, sequence)
+    def memory(self, tp: int, micro_batch: int, sequence: int, fsdp: bool = False) -> MemoryEstimate:
+        """The training step's memory estimate of the cut copy on one rank of ``tp``; with ``fsdp``,
+        FSDP2 over 2 ranks on top (the data-parallel dimension of a 2-D mesh)."""
+        key = (tp, micro_batch, sequence, fsdp)
         if key not in self._memory:
             twin, call, _ = self._cut_copy(micro_batch, sequence)
-            self._memory[key] = memory_footprint(twin, (), call.kwargs, train=self.optimizer, tensor_parallel=tp if tp > 1 else None)
+            self._memory[key] = memory_footprint(twin, (), call.kwargs, train=self.optimizer, tensor_parallel=tp if tp > 1 else None, fsdp=2 if fsdp else None)
         return self._memory[key]
+
+    def transient(self, tp: int, micro_batch: int, sequence: int, fsdp: bool = False) -> int:
+        """What a rank's step holds at its peak beyond the parameters, gradients, optimizer state and
+        saved activations: the outputs (the logits), the temporaries (the loss's and the head's
+        gradients, a kernel's workspace) and, under FSDP2, the gathered block in use and the one
+        prefetched. It does not grow with the blocks or the data-parallel ranks, so the cut copy
+        gives it (its FSDP2 over 2 ranks gathers the same whole block as over any number)."""
+        at_peak = self.memory(tp, micro_batch, sequence, fsdp).at_peak
+        return sum(at_peak.get(category, 0) for category in ("inputs", "outputs", "temporaries"))
 
     def costs(self, tp: int, micro_batch: int, sequence: int, spec: DeviceSpec, mode: str = "eager", sequence_parallel: bool = False) -> ModelCosts:
         """Each part of the model on one rank of ``tp``, per micro-batch of ``micro_batch`` sequences

@@ -1,0 +1,191 @@
+"""The training plan's step time against real steps on gloo ranks of this machine.
+
+For each world size (2 and 4 processes on the loopback):
+
+1. ``jitflops calibrate --collectives N``'s measurement of the loopback (the interconnect), and
+   ``jitflops calibrate``'s of the CPU as each rank sees it: the N processes calibrate at once,
+   each on ``cores // N`` threads (at least one), as the ranks of the run will share the cores;
+   rank 0's spec is the device.
+2. A small GPT (``tests/sharded_cases.small_gpt``: 4 blocks of width 256, float32, 128 tokens a
+   sequence) trains for real in each layout: DDP, FSDP2 (each block, then the root), tensor
+   parallelism by the model's own plan, and FSDP2 by tensor parallelism on a 2-D mesh (4 ranks).
+   A step is a forward with the loss, its backward, AdamW's step and zeroing the gradients, on a
+   micro-batch of 4 sequences per data-parallel replica; every rank waits at a barrier before each
+   step, and a step's time is its slowest rank's. The median of the timed steps, after 2 warm-ups.
+3. ``plan_training`` predicts the same layout on the calibrated CPU and loopback, with the model
+   built on meta. torch's eager tensor parallelism waits for each collective where it is issued,
+   so the plan is asked for tensor-parallel collectives not overlapped with compute
+   (``tp_overlap=False``); transformers' plans have no sequence parallelism.
+
+Prints each layout's planned and measured step and the error, and writes them (and both
+calibrations' summaries) to ``tools/plan_gloo_results.json``. About 4 minutes on a 2-core VM.
+
+    python tools/plan_gloo_accuracy.py
+    python tools/plan_gloo_accuracy.py --worlds 2 --steps 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+from jitflops.planning.interconnects import interconnect  # noqa: E402
+from jitflops.planning.link_calibration import calibrate_collectives  # noqa: E402
+from jitflops.planning.plan import plan_training  # noqa: E402
+
+SEQUENCE = 128
+MICRO_BATCH = 4
+LAYOUTS = {  # name: (tp, zero); dp is the rest of the world
+    "ddp": (1, 0),
+    "fsdp2": (1, 3),
+    "tensor_parallel": (None, 1),  # tp over the whole world
+    "fsdp2_by_tensor_parallel": (2, 3),
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _threads(world: int) -> int:
+    return max(1, (os.cpu_count() or 1) // world)
+
+
+def _sizes(layout: str, world: int) -> tuple[int, int, int]:
+    """(tp, dp, zero) of ``layout`` on ``world`` ranks."""
+    tp, zero = LAYOUTS[layout]
+    tp = world if tp is None else tp
+    return tp, world // tp, zero
+
+
+def _calibrating_rank(rank: int, world: int, port: int, folder: str, budget: float) -> None:
+    from jitflops.timing.calibration import calibrate
+
+    torch.set_num_threads(_threads(world))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        dist.barrier()  # every rank calibrates at once, as they will run
+        spec = calibrate("cpu", budget_s=budget)
+        if rank == 0:
+            Path(folder, "spec.json").write_text(spec.to_json())
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _training_rank(rank: int, world: int, port: int, folder: str, layouts: list[str], steps: int) -> None:
+    from sharded_cases import small_gpt
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel
+
+    from jitflops.estimates.fake_sharding import shard_like_tensor_parallel, sharding_units
+
+    torch.set_num_threads(_threads(world))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    times: dict[str, list[float]] = {}
+    try:
+        for layout in layouts:
+            tp, dp, zero = _sizes(layout, world)
+            mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+            model = small_gpt()
+            if tp > 1:
+                shard_like_tensor_parallel(model, mesh["tp"])
+            if zero == 3:
+                for unit in sharding_units(model):
+                    fully_shard(unit, mesh=mesh["dp"])
+                fully_shard(model, mesh=mesh["dp"])
+            elif dp > 1:
+                model = DistributedDataParallel(model)
+            optimizer = torch.optim.AdamW(model.parameters())
+            generator = torch.Generator().manual_seed(mesh["dp"].get_local_rank())  # each replica its own batch, each tp group the same
+            ids = torch.randint(0, 1024, (MICRO_BATCH, SEQUENCE), generator=generator)
+            seconds = []
+            for step in range(steps + 2):
+                dist.barrier()
+                started = time.perf_counter()
+                model(input_ids=ids, labels=ids).loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
+                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+                if step >= 2:
+                    seconds.append(elapsed.item())
+            times[layout] = seconds
+            del model, optimizer
+        if rank == 0:
+            Path(folder, "times.json").write_text(json.dumps(times))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run_world(world: int, steps: int, budget: float) -> list[dict]:
+    from sharded_cases import small_gpt
+
+    layouts = [name for name in LAYOUTS if world % _sizes(name, world)[0] == 0 and (name != "fsdp2_by_tensor_parallel" or world >= 4)]
+    with tempfile.TemporaryDirectory() as folder:
+        link_document = calibrate_collectives(world)
+        link_path = Path(folder, "link.json")
+        link_path.write_text(json.dumps(link_document))
+        mp.spawn(_calibrating_rank, args=(world, _free_port(), folder, budget), nprocs=world, join=True)
+        spec_path = str(Path(folder, "spec.json"))
+        mp.spawn(_training_rank, args=(world, _free_port(), folder, layouts, steps), nprocs=world, join=True)
+        measured = json.loads(Path(folder, "times.json").read_text())
+        link = interconnect(str(link_path))
+        rows = []
+        for layout in layouts:
+            tp, dp, zero = _sizes(layout, world)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                plan = plan_training(small_gpt("meta"), SEQUENCE, MICRO_BATCH * dp, spec_path, world, link, tp=tp, dp=dp, zero=zero,
+                                     micro_batch=MICRO_BATCH, sequence_parallel=False, tp_overlap=False)
+            step = statistics.median(measured[layout])
+            spread = (min(measured[layout]), max(measured[layout]))
+            breakdown = plan.breakdown
+            rows.append({"world": world, "layout": layout, "tp": tp, "dp": dp, "zero": zero, "planned_s": plan.step_s, "measured_s": step,
+                         "measured_range_s": spread, "error": plan.step_s / step - 1,
+                         "breakdown": {"compute_s": breakdown.compute_s, "tensor_parallel_s": breakdown.tensor_parallel_s,
+                                       "data_parallel_s": breakdown.data_parallel_s, "optimizer_s": breakdown.optimizer_s},
+                         "link": {"bandwidth_gb_s": link.intra_node_bandwidth / 1e9, "latency_us": link.intra_node_latency_s * 1e6,
+                                  "fit_errors": [round(point["error"], 3) for point in link_document["measured"]]}})
+            print(f"{world} ranks  {layout:26} planned {plan.step_s * 1e3:7.1f} ms  measured {step * 1e3:7.1f} ms "
+                  f"({spread[0] * 1e3:.1f}-{spread[1] * 1e3:.1f})  error {rows[-1]['error']:+.0%}", flush=True)
+        return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worlds", nargs="*", type=int, default=[2, 4])
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per layout (after 2 warm-ups)")
+    parser.add_argument("--budget", type=float, default=20.0, help="each rank's CPU calibration budget, seconds")
+    parser.add_argument("--output", default=str(REPO / "tools" / "plan_gloo_results.json"))
+    args = parser.parse_args()
+    rows = [row for world in args.worlds for row in run_world(world, args.steps, args.budget)]
+    errors = [abs(row["error"]) for row in rows]
+    print(f"median |error| {statistics.median(errors):.0%}, worst {max(errors):.0%}; within 25%: {sum(e <= 0.25 for e in errors)} of {len(errors)}")
+    Path(args.output).write_text(json.dumps({"rows": rows, "torch": torch.__version__, "cores": os.cpu_count(),
+                                             "date": time.strftime("%Y-%m-%d")}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
