@@ -51,10 +51,12 @@ from .reports.memory_report import lever_table, memory_summary, memory_table
 from .profiling.model_profile import ModelProfile
 from .named_models import looks_like_model_name, model_from_name
 from .profiling.profile import profile_model
-from .planning.plan import Planner, plan_training
+from .planning.interconnects import interconnect
+from .planning.plan import Planner, key_value_heads, plan_training
 from .planning.published_runs import MEGATRON_H100
 from .planning.search import best_layouts
-from .reports.plan_report import plan_text, plans_table
+from .planning.serving import plan_serving
+from .reports.plan_report import plan_text, plans_table, serving_text
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 OP_SORT_KEYS = {
@@ -590,6 +592,11 @@ def make_plan_parser() -> argparse.ArgumentParser:
     layout.add_argument("--schedule", default="1f1b", choices=["1f1b", "interleaved"], help="the pipeline's schedule (default 1f1b)")
     layout.add_argument("--virtual-stages", type=int, default=1, help="chunks per pipeline rank (the interleaved schedule)")
     layout.add_argument("--recompute", default="none", choices=["none", "selective", "full"], help="activation recomputation (default none)")
+    serving = parser.add_argument_group("serving instead of training (--serve): generate() with tensor parallelism")
+    serving.add_argument("--serve", action="store_true", help="plan generate() of --batch prompts: prefill, decode step, tokens/s, memory and the largest batch per GPU, "
+                         "for --tp (default: every tp of a node that divides the key-value heads)")
+    serving.add_argument("--prompt", type=int, default=1024, help="with --serve: tokens per prompt (default 1024)")
+    serving.add_argument("--new-tokens", type=int, default=256, help="with --serve: tokens generated per prompt (default 256)")
     parser.add_argument("--top", type=int, default=10, help="layouts shown from a search (default 10)")
     parser.add_argument("--format", default="text", choices=["text", "json"])
     parser.add_argument("--output", help="write the plan to this file (atomically) instead of stdout")
@@ -619,6 +626,8 @@ def run_plan(args: argparse.Namespace) -> str:
         if not args.gpus and not any((args.tp, args.pp, args.dp)):
             args.tp, args.pp, args.dp = published.tp, published.pp, published.dp
         args.gpus, args.batch = args.gpus or published.gpus, args.batch or published.global_batch
+    if args.serve:
+        return _serving_report(args, model, name)
     if not args.gpus or not args.batch:
         raise UsageError("give --gpus N and --batch SEQUENCES (the global batch)")
     if any((args.tp, args.pp, args.dp, args.cp > 1, args.ep > 1)):
@@ -641,6 +650,18 @@ def run_plan(args: argparse.Namespace) -> str:
     rejected = "".join(f"\n  {why}" for why in found.rejected[:8]) + (f"\n  ... and {len(found.rejected) - 8} more" if len(found.rejected) > 8 else "")
     return (f"{len(found.plans)} layouts of {args.gpus} GPUs planned, best first:\n{plans_table(found.plans[: args.top])}\n\n"
             f"The best:\n{plan_text(found.plans[0], name)}" + (f"\n\nLeft out:{rejected}" if rejected else ""))
+
+
+def _serving_report(args: argparse.Namespace, model: nn.Module, name: str) -> str:
+    """``jitflops plan --serve``: generate()'s plan at each tensor parallelism asked, or every one of a node that divides the heads."""
+    spec = device_spec(args.device)
+    link = interconnect(args.interconnect or spec.name)
+    heads = key_value_heads(model) or 1
+    sizes = [args.tp] if args.tp else [tp for tp in range(1, min(args.gpus or link.gpus_per_node, link.gpus_per_node) + 1) if heads % tp == 0]
+    plans = [plan_serving(model, args.prompt, args.new_tokens, args.batch or 1, spec, tp, link) for tp in sizes]
+    if args.format == "json":
+        return json.dumps({"serving": [plan.to_dict() for plan in plans]}, indent=2)
+    return serving_text(plans, name)
 
 
 def _emit(args: argparse.Namespace, report: str) -> None:

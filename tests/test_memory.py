@@ -377,7 +377,7 @@ def _printed(out: str, label: str) -> str:
 
 def _sharded_rank(rank: int, world: int, port: int, folder: str, estimates: dict[str, int]) -> None:
     """One of 4 gloo ranks on a 2 x 2 mesh of a real Llama split by its own tensor-parallel plan over
-    ``tp`` (``tp`` modes), with FSDP2 over ``dp`` on top (``fsdp_tp``): MemTracker's least peak of 3
+    ``tp`` (``tp`` modes), with FSDP2 over ``dp`` on top (``fsdp_tp``): MemTracker's least peak of 2
     steady steps."""
     from torch.distributed.fsdp import fully_shard
 
@@ -409,8 +409,8 @@ def _sharded_rank(rank: int, world: int, port: int, folder: str, estimates: dict
                 else:
                     del output
             step()
-            # gloo's thread may hold a collective's buffer a little longer: the least of 3 steps
-            peaks[mode] = min(_memtracker_peak(model, step, optimizer) for _ in range(3)) + 2 * ids.nbytes
+            # gloo's thread may hold a collective's buffer a little longer: the least of 2 steps
+            peaks[mode] = min(_memtracker_peak(model, step, optimizer) for _ in range(2)) + 2 * ids.nbytes
         (Path(folder) / f"rank{rank}.json").write_text(json.dumps(peaks))
     finally:
         torch.distributed.destroy_process_group()

@@ -302,3 +302,42 @@ def test_the_command_line_plans_a_published_row_and_searches(capsys, tmp_path):
     assert "give --gpus N and --batch SEQUENCES" in capsys.readouterr().err
     assert main(["plan", "--published", "1.7B", "--interconnect", "nvlink9"]) == 2
     assert "unknown interconnect 'nvlink9'" in capsys.readouterr().err
+
+
+def _small_llama() -> nn.Module:
+    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, vocab_size=2048)
+    with torch.device("meta"):
+        return transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+
+
+def test_a_serving_plan_on_one_gpu_is_generates_prediction_and_tensor_parallelism_splits_the_cache():
+    """tp 1 is ``predict_generation``'s figures exactly; the KV cache per token is the hand count
+    (keys and values, 4 layers, the rank's share of 4 key-value heads of 32 dimensions, bf16); the
+    largest batch is where the memory estimate itself stops fitting."""
+    from jitflops.estimates.generation_time import predict_generation
+    from jitflops.planning.serving import plan_serving
+
+    model = _small_llama()
+    one = plan_serving(model, 128, 16, 2, "h100")
+    predicted = predict_generation(model, torch.zeros(2, 128, dtype=torch.long, device="meta"), 16, device="h100")
+    assert (one.prefill_s, one.first_decode_s, one.last_decode_s) == (predicted.prefill_s, predicted.first_decode_s, predicted.last_decode_s)
+    two = plan_serving(model, 128, 16, 2, "h100", tp=2)
+    assert one.kv_cache_per_token_bytes == 2 * 4 * 4 * 32 * 2 == 2 * two.kv_cache_per_token_bytes
+    assert two.memory_per_gpu_bytes < one.memory_per_gpu_bytes and two.max_batch > one.max_batch
+    assert one.tokens_per_s == pytest.approx(2 * 16 / (one.prefill_s + 15 * one.decode_s))
+
+    def needed(sequences: int) -> int:  # the estimate of generate()'s prefill, grown to 144 tokens
+        ids = torch.zeros(sequences, 128, dtype=torch.long, device="meta")
+        return memory_footprint(model, (), {"input_ids": ids, "use_cache": True, "position_ids": torch.arange(128, device="meta").expand(sequences, -1),
+                                            "logits_to_keep": 1}, device="h100", kv_cache_length=144).needed()
+    assert needed(one.max_batch) <= one.memory_bytes < needed(one.max_batch + 1)
+    with pytest.raises(LayoutError, match="tp 8 does not divide the 4 key-value heads"):
+        plan_serving(model, 128, 16, 2, "h100", tp=8)
+
+
+def test_the_command_line_plans_serving_at_each_tensor_parallelism(capsys, tmp_path):
+    (tmp_path / "config.json").write_text(_small_llama().config.to_json_string())
+    assert main(["plan", str(tmp_path / "config.json"), "--serve", "--batch", "2", "--prompt", "64", "--new-tokens", "4", "--gpus", "2", "--format", "json"]) == 0
+    plans = json.loads(capsys.readouterr().out)["serving"]
+    assert [plan["tp"] for plan in plans] == [1, 2] and all(plan["decode_s"] > 0 and plan["max_batch"] > 0 for plan in plans)
+    assert plans[1]["kv_cache_per_token_bytes"] * 2 == plans[0]["kv_cache_per_token_bytes"]

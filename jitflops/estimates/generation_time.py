@@ -51,7 +51,7 @@ class GenerationTime:
         return self.prefill_s + self.decode_steps * self.decode_s
 
 
-def _generate_call(model: nn.Module, ids: torch.Tensor, cached: int, cache: Any) -> dict[str, Any]:
+def generate_call(model: nn.Module, ids: torch.Tensor, cached: int, cache: Any) -> dict[str, Any]:
     """The keyword arguments ``generate`` calls the model with for ``ids`` after ``cached`` positions."""
     takes = inspect.signature(model.forward).parameters
     call: dict[str, Any] = {"input_ids": ids, "use_cache": True}
@@ -64,10 +64,10 @@ def _generate_call(model: nn.Module, ids: torch.Tensor, cached: int, cache: Any)
     return call
 
 
-def _cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
+def cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
     """The KV cache a forward over ``ids`` leaves (on meta tensors)."""
     with torch.no_grad():
-        cache = generation_cache(model(**_generate_call(model, ids, 0, None)))
+        cache = generation_cache(model(**generate_call(model, ids, 0, None)))
     if cache is None:
         raise ValueError(f"{type(model).__name__} returned no cache with use_cache=True: its decode steps cannot be predicted")
     return cache
@@ -89,9 +89,9 @@ def predict_generation(model: nn.Module, input_ids: torch.Tensor, new_tokens: in
 
     def decode_at(cached: int) -> float:
         longer = torch.zeros(batch, cached, dtype=ids.dtype, device=ids.device)
-        return predicted(_generate_call(twin, ids[:, -1:], cached, _cache_after(twin, longer)))
+        return predicted(generate_call(twin, ids[:, -1:], cached, cache_after(twin, longer)))
 
-    prefill = predicted(_generate_call(twin, ids, 0, None))
+    prefill = predicted(generate_call(twin, ids, 0, None))
     steps = new_tokens - 1
     first = decode_at(prompt) if steps else 0.0
     last = decode_at(prompt + steps - 1) if steps > 1 else first

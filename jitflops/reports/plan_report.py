@@ -1,6 +1,6 @@
 """A training plan as text: the layout, memory per GPU, the step's time split into its parts,
-throughput, MFU and the token budget's GPU-hours; a search's layouts as a table, best first.
-Each plan's printout ends with its measured error."""
+throughput, MFU and the token budget's GPU-hours; a search's layouts as a table, best first; serving
+plans side by side. Each printout ends with its measured error."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Sequence
 
 from ..core.table import pipe_table
 from ..planning.plan import TrainingPlan
+from ..planning.serving import ServingPlan
 from .formatting import format_quantity, format_seconds
 from .memory_report import format_bytes
 
@@ -48,3 +49,15 @@ def plans_table(plans: Sequence[TrainingPlan]) -> str:
              format_seconds(plan.step_s), format_quantity(plan.tokens_per_s, "tok/s"), f"{plan.mfu:.1%}"]
             for rank, plan in enumerate(plans, 1)]
     return pipe_table(rows, ("#", "layout", "fits", "memory/GPU", "step", "throughput", "MFU"), colalign=("right", "left", "left", "right", "right", "right", "right"))
+
+
+def serving_text(plans: Sequence[ServingPlan], model_name: str = "the model") -> str:
+    """Serving plans of one call, a row per tensor parallelism."""
+    first = plans[0]
+    rows = [[str(plan.tp), format_seconds(plan.prefill_s), format_seconds(plan.decode_s), format_seconds(plan.total_s),
+             format_quantity(plan.tokens_per_s, "tok/s"), format_bytes(plan.memory_per_gpu_bytes), format_bytes(plan.kv_cache_per_token_bytes),
+             "?" if plan.max_batch is None else f"{plan.max_batch:,}"] for plan in plans]
+    table = pipe_table(rows, ("tp", "prefill", "decode step", "generate", "throughput", "memory/GPU", "KV/token/GPU", "largest batch"),
+                       colalign=("right",) * 8)
+    return (f"Serving plan: {model_name} on {first.device} ({first.interconnect}), generate() of {first.batch} prompts of {first.prompt} tokens, "
+            f"{first.new_tokens} new tokens each\n{table}\n  {first.error}")
