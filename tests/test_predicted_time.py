@@ -90,6 +90,19 @@ def test_each_family_reads_its_own_curve_by_its_own_work():
     assert kernel_seconds(pool, spec, 0, 8.0) == pytest.approx(5e-9 * 64 * 32 * 32)  # by the elements it reads
     view = EagerOpRecord("aten::view", [x, [1024, 1024]], [_meta(1024, 1024)], ["self", "size"])
     assert kernel_seconds(view, spec, 0, 0) == 0.0
+    # training's dropout draws its mask with bernoulli_: the random numbers' curve, where the spec has one
+    mask = EagerOpRecord("aten::bernoulli_", [x, 0.9], [x], ["self", "p"])
+    assert kernel_seconds(mask, _spec(kernel_curves={**spec.kernel_curves, "random": ((1000.0, 13e-6), (1e9, 13.0))}), 0, 4.0) == pytest.approx(13e-9 * (1 << 20))
+
+
+def test_training_dropout_is_timed_as_this_cpu_draws_random_numbers():
+    """``jitflops calibrate`` measures bernoulli_ by elements: a CPU's generator, several times an
+    add's time (40 ms against 2 for 3 M elements on a 2-core AVX2 CPU)."""
+    from jitflops.timing.calibration.elementwise import KINDS
+
+    x, y = torch.ones(16), torch.ones(16)
+    drawn = KINDS["random"](x, y)
+    assert drawn is x and set(drawn.tolist()) <= {0.0, 1.0}
 
 
 def test_without_a_curve_an_op_takes_the_roofline():

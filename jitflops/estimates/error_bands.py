@@ -17,7 +17,7 @@ from .devices import DeviceSpec, is_cpu_spec
 FIGURES = ("forward", "training step", "prefill", "decode step", "planned throughput")
 
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "cpu": {"forward": (-0.14, 0.03), "training step": (-0.47, -0.09), "prefill": (-0.20, -0.03), "decode step": (0.03, 0.42)},
+    "cpu": {"forward": (-0.17, 0.07), "training step": (-0.36, 0.00), "prefill": (-0.05, 0.02), "decode step": (0.04, 0.09)},
     "gpu": {"planned throughput": (-0.16, 0.12)},
 }
 """Per device class, per figure: the lowest and highest model's median error, as fractions."""

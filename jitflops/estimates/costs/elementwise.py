@@ -1,7 +1,7 @@
 """Elementwise kernels by kind, on the spec's curves by the elements they write: transcendental
 functions by group (the vector unit's: ``exp``-like, ``tanh``-like, ``erf``, ``log``, ``sqrt``), a copy (a
-cast, a concatenation, a clone, a padding, a fill), an op in place (no output to allocate), and every
-other pointwise op (arithmetic, comparisons, selections, ReLU-like activations). What moves nothing
+cast, a concatenation, a clone, a padding, a fill), random numbers drawn (dropout's mask), an op in
+place (no output to allocate), and every other pointwise op (arithmetic, comparisons, selections, ReLU-like activations). What moves nothing
 (a cast to the dtype a tensor has, dropout in eval) takes no kernel: the traffic formulas give it
 no bytes."""
 
@@ -37,6 +37,12 @@ COPIES = frozenset(with_inplace(
 """Ops that copy or fill without arithmetic."""
 
 
+RANDOM = frozenset(with_inplace("bernoulli normal uniform random exponential cauchy geometric log_normal rand rand_like randn randn_like"))
+"""Ops that draw random numbers: a CPU's generator takes several times an arithmetic op's time an
+element (training's dropout draws its mask with ``bernoulli_``: 40 ms for 3 M elements on a 2-core
+AVX2 CPU, where an ``add`` takes 2)."""
+
+
 def _pow_family(op: OpRecord) -> str:
     """``pow`` by a small whole exponent is multiplications; by any other, the vector unit's ``exp``
     and ``log`` (as slow as a ``sqrt``)."""
@@ -54,10 +60,12 @@ def elementwise_family(op: OpRecord) -> str:
         return TRANSCENDENTAL[op.kind]
     if op.kind in COPIES:
         return "copy"
+    if op.kind in RANDOM:
+        return "random"
     return "inplace" if op.kind.endswith("_") else "arithmetic"
 
 
-@KERNEL_COSTS.register(*sorted((set(POINTWISE_OPS) | COPIES) - {"aten::diff"}))
+@KERNEL_COSTS.register(*sorted((set(POINTWISE_OPS) | COPIES | RANDOM) - {"aten::diff"}))
 def elementwise_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
     if not traffic:
         return 0.0

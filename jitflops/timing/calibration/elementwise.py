@@ -7,8 +7,9 @@ five times apart from one function to another (on a 2-core AVX2 EPYC, per millio
 0.7 ms, ``erf`` 1.1, ``tanh`` 2.1, ``log`` several, against 0.15 for an ``add``). Each kind is timed
 as models call it, on float32 tensors of 4 Ki to 16 Mi elements: ``clone`` (copies, casts,
 concatenations, pads), ``add`` of two tensors (arithmetic, comparisons, selections, ReLU-like
-activations), ``add_`` (the same in place: no output to allocate), and one function of each group
-of transcendental ones (``exp``, ``tanh``, ``erf``, ``log``, ``sqrt``).
+activations), ``add_`` (the same in place: no output to allocate), one function of each group
+of transcendental ones (``exp``, ``tanh``, ``erf``, ``log``, ``sqrt``), and ``bernoulli_`` (random
+numbers drawn, as training's dropout draws its mask: a CPU's generator is slower than any of them).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ KINDS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "erf": lambda x, y: torch.erf(y),
     "log": lambda x, y: torch.log(y),
     "sqrt": lambda x, y: torch.sqrt(y),
+    "random": lambda x, y: x.bernoulli_(0.5),
 }
 
 
