@@ -209,6 +209,29 @@ def test_jitflops_meta_kernels_give_what_the_cpu_kernels_give(name, args):
         assert mine.is_contiguous() == real.is_contiguous()
 
 
+def _layouts() -> list[torch.Tensor]:
+    """A contiguous tensor, a transposed one (a rotary embedding's q), a slice with gaps (rotate_half's
+    halves), an expanded one, a channels-last one and a bfloat16 one."""
+    base = torch.randn(2, 5, 3, 8)
+    return [base, base.transpose(1, 2), base[..., :4], torch.randn(1, 3, 1).expand(2, 3, 4), base.to(memory_format=torch.channels_last),
+            base.to(torch.bfloat16).transpose(1, 2)]
+
+
+@pytest.mark.parametrize("name, extra", [("neg", ()), ("rsqrt", ()), ("pow.Tensor_Scalar", (2,)), ("pow.Tensor_Scalar", (0.5,))])
+def test_jitflops_unary_meta_kernels_lay_their_output_out_as_the_cpu_does(name, extra):
+    """Shape, dtype and strides, input by input, as the CPU's kernel gives them (a view after a norm or
+    a rotary embedding depends on the strides)."""
+    from jitflops.frontends.meta_values import TRACING_META_KERNELS
+
+    op, _, overload = name.partition(".")
+    for tensor in _layouts():
+        real = getattr(getattr(torch.ops.aten, op), overload or "default")(tensor.abs() + 1, *extra)
+        mine = TRACING_META_KERNELS[name](tensor.to("meta"), *extra)
+        assert (mine.shape, mine.dtype, mine.stride()) == (real.shape, real.dtype, real.stride()), (name, tensor.stride())
+    integer = torch.arange(6).reshape(2, 3).to("meta")  # not floating: torch's own reference
+    assert TRACING_META_KERNELS[name](integer, *extra).dtype == getattr(getattr(torch.ops.aten, op), overload or "default")(torch.arange(6).reshape(2, 3), *extra).dtype
+
+
 def test_jitflops_meta_kernels_refuse_what_torch_refuses():
     from jitflops.frontends.meta_values import TRACING_META_KERNELS
 

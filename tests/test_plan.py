@@ -195,15 +195,15 @@ def test_zero_and_recomputation_trade_memory_for_communication_and_compute():
 @pytest.mark.parametrize("tp, dp", [(2, 4)])
 def test_a_plans_memory_per_gpu_is_the_estimate_of_the_whole_model_on_its_2d_mesh(tp, dp):
     """The plan composes a rank's memory from one block of the cut copy; the fake-tensor estimate of
-    the whole 8-block model, FSDP2 over ``dp`` by tensor parallelism over ``tp`` (within 0.02% of
+    the whole 4-block model, FSDP2 over ``dp`` by tensor parallelism over ``tp`` (within 0.02% of
     MemTracker on real gloo ranks, tests/test_memory.py), is the independent figure."""
-    config = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, vocab_size=32000)
+    config = transformers.LlamaConfig(hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, vocab_size=32000)
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
-    plan = plan_training(model, 1024, dp, "h100", tp * dp, tp=tp, dp=dp, zero=3, sequence_parallel=False)
-    ids = torch.zeros(1, 1024, dtype=torch.long, device="meta")
+    plan = plan_training(model, 512, dp, "h100", tp * dp, tp=tp, dp=dp, zero=3, sequence_parallel=False)
+    ids = torch.zeros(1, 512, dtype=torch.long, device="meta")
     estimate = memory_footprint(model, {"input_ids": ids, "labels": ids}, train="adamw", device="h100", fsdp=dp, tensor_parallel=tp if tp > 1 else None)
-    assert plan.memory_per_gpu_bytes == pytest.approx(estimate.peak, rel=0.04)  # +1.4% (FSDP2 alone over 8: -2.9%; without the step's transient -14%)
+    assert plan.memory_per_gpu_bytes == pytest.approx(estimate.peak, rel=0.04)  # -0.4% (docs/plan.md: +1.4% at width 1,024; without the step's transient -14%)
 
 
 def test_tensor_parallelism_shards_parameters_and_records_its_collectives_without_touching_the_model():
@@ -240,7 +240,7 @@ def test_sequence_parallelism_splits_what_tensor_parallelism_leaves_whole():
     assert planner.plan(Layout(dp=2, tp=4, sequence_parallel=True)).memory_per_gpu_bytes < planner.plan(Layout(dp=2, tp=4)).memory_per_gpu_bytes
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [4])  # 2 ranks: tools/plan_gloo_accuracy.py, and test_sharded.py's counts
 def test_the_planned_collectives_are_what_a_real_run_on_gloo_ranks_runs(tmp_path, world):
     """The plan's collectives of a step, composed from one recorded block and the rest, against a
     real training micro-batch of the whole model on 2 and 4 gloo processes (``sharded_cases.planned_layouts``):

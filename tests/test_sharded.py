@@ -27,7 +27,7 @@ def all_reduce_bus(bytes_: int, n: int) -> float:
     return bytes_ * 2 * (n - 1) / n
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2])  # 4 ranks: the FSDP x TP Llama example below, and the plan's collectives (test_plan.py)
 def test_tensor_parallel_ranks_count_their_shards(tmp_path, world):
     ranks = spawn("tensor_parallel", world, tmp_path)
     for rank in ranks:
@@ -84,7 +84,7 @@ def _holds_norm_redundancy(ranks: list[dict], world: int) -> None:
         assert rank["comm_debug"] == {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 2}
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2])
 def test_reading_a_count_on_rank_0_runs_no_collective(tmp_path, world):
     """``if rank == 0: print(flops.total())`` before the next all_reduce: the forward's all_reduce ran
     when the analyses were made, on every rank (gloo aborted the job with 'Received data size
