@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -64,13 +64,29 @@ def generate_call(model: nn.Module, ids: torch.Tensor, cached: int, cache: Any) 
     return call
 
 
-def cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
+def _cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
     """The KV cache a forward over ``ids`` leaves (on meta tensors)."""
     with torch.no_grad():
         cache = generation_cache(model(**generate_call(model, ids, 0, None)))
     if cache is None:
         raise ValueError(f"{type(model).__name__} returned no cache with use_cache=True: its decode steps cannot be predicted")
     return cache
+
+
+def generation_seconds(model: nn.Module, ids: torch.Tensor, new_tokens: int, seconds: Callable[[dict[str, Any]], float]) -> tuple[float, float, float]:
+    """The prefill's, the first decode step's and the last one's seconds, each call made as
+    ``generate`` makes it on ``model`` (a meta copy) and priced by ``seconds`` of its keyword arguments."""
+    batch, prompt = ids.shape
+
+    def decode_at(cached: int) -> float:
+        longer = torch.zeros(batch, cached, dtype=ids.dtype, device=ids.device)
+        return seconds(generate_call(model, ids[:, -1:], cached, _cache_after(model, longer)))
+
+    prefill = seconds(generate_call(model, ids, 0, None))
+    steps = new_tokens - 1
+    first = decode_at(prompt) if steps else 0.0
+    last = decode_at(prompt + steps - 1) if steps > 1 else first
+    return prefill, first, last
 
 
 def predict_generation(model: nn.Module, input_ids: torch.Tensor, new_tokens: int, *, device: DeviceLike, mode: str = "eager") -> GenerationTime:
@@ -80,19 +96,10 @@ def predict_generation(model: nn.Module, input_ids: torch.Tensor, new_tokens: in
         raise ValueError(f"new_tokens must be at least 1, got {new_tokens}")
     spec = device_spec(device)
     twin, call, _ = empty_copy(model, ModelCall((), {"input_ids": input_ids}))
-    ids = call.kwargs["input_ids"]
-    batch, prompt = ids.shape
 
     def predicted(inputs: dict[str, Any]) -> float:
         analysis = PredictedTimeAnalysis(twin, (), inputs, device=spec, mode=mode, backend="dispatch")
         return analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
 
-    def decode_at(cached: int) -> float:
-        longer = torch.zeros(batch, cached, dtype=ids.dtype, device=ids.device)
-        return predicted(generate_call(twin, ids[:, -1:], cached, cache_after(twin, longer)))
-
-    prefill = predicted(generate_call(twin, ids, 0, None))
-    steps = new_tokens - 1
-    first = decode_at(prompt) if steps else 0.0
-    last = decode_at(prompt + steps - 1) if steps > 1 else first
-    return GenerationTime(prefill, first, last, steps, spec.name, mode)
+    prefill, first, last = generation_seconds(twin, call.kwargs["input_ids"], new_tokens, predicted)
+    return GenerationTime(prefill, first, last, new_tokens - 1, spec.name, mode)

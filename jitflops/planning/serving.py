@@ -35,7 +35,7 @@ from ..engine.counting import module_aliases
 from ..estimates.devices import DeviceSpec, device_spec
 from ..estimates.error_bands import error_note
 from ..estimates.fake_sharding import fake_process_group, shard_like_tensor_parallel
-from ..estimates.generation_time import cache_after, generate_call
+from ..estimates.generation_time import generate_call, generation_seconds
 from ..estimates.memory_footprint import memory_footprint
 from ..estimates.roofline import WHOLE_CALLS, predicted_statistics
 from ..frontends.dispatch_trace import record_with_dispatch
@@ -133,15 +133,7 @@ def plan_serving(model: nn.Module, prompt: int, new_tokens: int, batch: int, dev
         if tp > 1:
             shard_like_tensor_parallel(twin, mesh)
         twin.eval()
-        prefill = _call_seconds(twin, generate_call(twin, ids, 0, None), spec, link, tp, mode)
-
-        def decode_at(cached: int) -> float:
-            cache = cache_after(twin, torch.zeros(batch, cached, dtype=ids.dtype, device=ids.device))
-            return _call_seconds(twin, generate_call(twin, ids[:, -1:], cached, cache), spec, link, tp, mode)
-
-        steps = new_tokens - 1
-        first = decode_at(prompt) if steps else 0.0
-        last = decode_at(prompt + steps - 1) if steps > 1 else first
+        prefill, first, last = generation_seconds(twin, ids, new_tokens, lambda kwargs: _call_seconds(twin, kwargs, spec, link, tp, mode))
     length = prompt + new_tokens
     sharding = {"tensor_parallel": tp} if tp > 1 else {}
 
