@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -46,7 +45,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 from jitflops.planning.interconnects import interconnect  # noqa: E402
-from jitflops.planning.link_calibration import calibrate_collectives  # noqa: E402
+from jitflops.planning.link_calibration import calibrate_collectives, free_port  # noqa: E402
 from jitflops.planning.plan import plan_training  # noqa: E402
 
 SEQUENCE = 128
@@ -57,12 +56,6 @@ LAYOUTS = {  # name: (tp, zero); dp is the rest of the world
     "tensor_parallel": (None, 1),  # tp over the whole world
     "fsdp2_by_tensor_parallel": (2, 3),
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _threads(world: int) -> int:
@@ -146,9 +139,9 @@ def run_world(world: int, steps: int, budget: float) -> list[dict]:
         link_document = calibrate_collectives(world)
         link_path = Path(folder, "link.json")
         link_path.write_text(json.dumps(link_document))
-        mp.spawn(_calibrating_rank, args=(world, _free_port(), folder, budget), nprocs=world, join=True)
+        mp.spawn(_calibrating_rank, args=(world, free_port(), folder, budget), nprocs=world, join=True)
         spec_path = str(Path(folder, "spec.json"))
-        mp.spawn(_training_rank, args=(world, _free_port(), folder, layouts, steps), nprocs=world, join=True)
+        mp.spawn(_training_rank, args=(world, free_port(), folder, layouts, steps), nprocs=world, join=True)
         measured = json.loads(Path(folder, "times.json").read_text())
         link = interconnect(str(link_path))
         rows = []

@@ -51,13 +51,16 @@ def bus_bandwidth(link: Interconnect, placement: Placement) -> float:
     return min(inside, placement.ranks_per_node * link.inter_node_bandwidth * link.inter_node_efficiency)
 
 
+def ring_terms(name: str, ranks: int, size: int) -> tuple[int, float]:
+    """The latency steps of collective ``name`` on a ring of ``ranks``, and the bus bytes of ``size`` bytes."""
+    return RING_STEPS.get(name, lambda n: n - 1)(ranks), size * BUS_FACTORS[name](ranks)
+
+
 def collective_seconds(collective: Collective, link: Interconnect, placement: Placement) -> float:
     """The time of ``collective`` on ``link`` for a group placed so (a send: between two ranks so placed)."""
     if collective.group_size <= 1 and collective.name not in ("send", "recv"):
         return 0.0
-    ranks = max(collective.group_size, 2)
-    steps = RING_STEPS.get(collective.name, lambda n: n - 1)(ranks)
-    bus_bytes = collective.bytes * BUS_FACTORS[collective.name](ranks)
+    steps, bus_bytes = ring_terms(collective.name, max(collective.group_size, 2), collective.bytes)
     measured = link.measured_collectives.get(collective.name)
     if measured is not None and not placement.crosses_nodes:
         return bus_bytes / measured["bus_bandwidth"] + steps * measured["latency_s"]

@@ -27,8 +27,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..handles.collectives import BUS_FACTORS
-from .collective_time import RING_STEPS
+from .collective_time import ring_terms
 
 SIZES = tuple(2**power for power in range(16, 25, 2))
 """Bytes per call: 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB (an all-gather's output, a reduce-scatter's input)."""
@@ -36,7 +35,8 @@ SIZES = tuple(2**power for power in range(16, 25, 2))
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port of the loopback no process listens on now, for a process group's rendezvous."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -95,14 +95,13 @@ def measure_collectives(world: int, repeats: int = 10) -> list[dict[str, Any]]:
         raise ValueError(f"collectives need at least 2 ranks, got {world}")
     threads = max(1, (os.cpu_count() or 1) // world)
     with tempfile.TemporaryDirectory() as folder:
-        mp.spawn(_rank, args=(world, _free_port(), folder, repeats, threads), nprocs=world, join=True)
+        mp.spawn(_rank, args=(world, free_port(), folder, repeats, threads), nprocs=world, join=True)
         return json.loads(Path(folder, "measured.json").read_text())
 
 
-def _terms(point: dict[str, Any], world: int) -> tuple[float, float]:
+def _terms(point: dict[str, Any], world: int) -> tuple[int, float]:
     """A measurement's two regressors: the ring's steps and the bus bytes."""
-    name = point["collective"]
-    return RING_STEPS.get(name, lambda n: n - 1)(world), point["bytes"] * BUS_FACTORS[name](world)
+    return ring_terms(point["collective"], world, point["bytes"])
 
 
 def fit_link(measured: list[dict[str, Any]], world: int) -> dict[str, dict[str, float]]:
