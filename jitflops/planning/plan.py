@@ -238,9 +238,7 @@ class Planner:
         if layout.cp > 1 or layout.ep > 1:
             raise LayoutError("context and expert parallelism are not planned yet: give cp=1 and ep=1")
         micro_batches = layout.micro_batches(self.global_batch)
-        heads = key_value_heads(self.model)
-        if heads is not None and heads % layout.tp:
-            raise LayoutError(f"tp {layout.tp} does not divide the {heads} key-value heads")
+        check_heads_divide(self.model, layout.tp)
         costs = self.recordings.costs(layout.tp, layout.micro_batch, self.sequence, self.spec, sequence_parallel=layout.sequence_parallel)
         chunks = layout.pp * layout.virtual_stages
         if costs.layers % chunks:
@@ -347,6 +345,14 @@ def key_value_heads(model: nn.Module) -> Optional[int]:
     """The key-value heads tensor parallelism splits (a transformers config's), where the model says."""
     config = getattr(model, "config", None)
     return getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
+
+
+def check_heads_divide(model: nn.Module, tp: int) -> None:
+    """Refuses ``tp`` where it does not divide the model's key-value heads (which the model's own
+    reshape would fail on, deep in its attention)."""
+    heads = key_value_heads(model)
+    if heads is not None and heads % tp:
+        raise LayoutError(f"tp {tp} does not divide the {heads} key-value heads")
 
 
 def plan_training(model: nn.Module, sequence: int, global_batch: int, device: Union[str, DeviceSpec], gpus: int,

@@ -44,7 +44,7 @@ from ..handles import COMMUNICATION_FORMULAS, collective_of
 from .collective_time import Placement, collective_seconds
 from .interconnects import Interconnect, interconnect
 from .layout import LayoutError
-from .plan import key_value_heads
+from .plan import check_heads_divide
 
 
 @dataclass(frozen=True)
@@ -121,9 +121,7 @@ def plan_serving(model: nn.Module, prompt: int, new_tokens: int, batch: int, dev
         link: Optional[Interconnect] = interconnect_name
     else:  # one GPU crosses no link: a device without a reference system serves on it
         link = interconnect(interconnect_name or spec.name) if tp > 1 or interconnect_name else None
-    heads = key_value_heads(model)
-    if heads is not None and heads % tp:
-        raise LayoutError(f"tp {tp} does not divide the {heads} key-value heads")
+    check_heads_divide(model, tp)
     if link is not None and tp > link.gpus_per_node:
         raise LayoutError(f"tp {tp} is more than a node's {link.gpus_per_node} GPUs on {link.name}")
     ids = torch.zeros(batch, prompt, dtype=torch.long, device="meta")
