@@ -653,7 +653,7 @@ def main() -> None:
     print_fresh_process(fresh)
     print(f"\nLlama 1.2B shape, real bf16 weights, 4096 tokens: counted in {real_1b['count_s']:.2f} s, "
           f"{real_1b['extra_peak_rss_mib']:.0f} MiB peak RSS over the loaded model ({real_1b['loaded_rss_mib']:.0f} MiB), {real_1b['total_macs'] / 1e12:.2f} TMACs")
-    print(f"\nLlama 70B (meta, seq 4096): built in {big['build_s']:.1f} s, counted in {big['count_s']:.1f} s, "
+    print(f"\nLlama 70B (meta, seq 4096, use_cache=False): built in {big['build_s']:.1f} s, counted in {big['count_s']:.1f} s, "
           f"peak RSS {big['peak_rss_mib']:.0f} MiB, {big['total_macs'] / 1e12:.1f} TMACs ({big['attention_macs'] / 1e12:.1f} T in attention)")
     print(f"Doubling BERT layers 12 -> 24: analysis {growth['layers_12_s'] * 1e3:.0f} ms -> {growth['layers_24_s'] * 1e3:.0f} ms, ratio {growth['ratio']:.2f}")
     print(f"Timed pass on BERT-base (CPU): forward {overhead['without_hooks_s'] * 1e3:.1f} ms without hooks, "
