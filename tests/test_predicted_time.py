@@ -6,6 +6,8 @@ is emulated."""
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -158,6 +160,38 @@ def test_a_forward_is_its_ops_host_calls_and_kernels_by_hand():
     assert PredictedTimeAnalysis(_Mlp(), x, device=gpu, mode="graph").total() == pytest.approx(2 * flops / 1e11 + 2e-9 * 1000 * 100)
 
 
+def test_a_model_whose_weights_the_cache_holds_reads_its_products_from_the_cache_grid():
+    """``_Mlp``'s 80 KB of weights fit half of a 1 MB cache: its products take the resident grid's
+    rate (4e11 FLOP/s), not the memory grid's (1e11); with a 100 KB cache they do not fit, and the
+    training step (weights, gradients and optimizer state) keeps the memory grid."""
+    resident = ProductGrid((1, 1000), (100, 10_000), ((4e10, 4e10), (4e11, 4e11)))
+    spec = _spec(cache_bytes=2**20, resident_products={"float32": resident})
+    x = torch.randn(1000, 100)
+    flops = 2.0 * 1000 * 100 * 100
+    cold = PredictedTimeAnalysis(_Mlp(), x, device=_spec()).total()
+    assert PredictedTimeAnalysis(_Mlp(), x, device=spec).total() == pytest.approx(cold - 2 * flops / 1e11 + 2 * flops / 4e11)
+    assert PredictedTimeAnalysis(_Mlp(), x, device=_spec(cache_bytes=100_000, resident_products={"float32": resident})).total() == pytest.approx(cold)
+    assert spec.for_weights(2**19).products["float32"] is resident and spec.for_weights(2**19 + 1) is spec
+    assert DeviceSpec.from_mapping(__import__("json").loads(spec.to_json())) == spec
+    wide = nn.Sequential(nn.Linear(1000, 1000))  # 4 MB: the copy of a resident analysis on it reads memory's grid
+    assert PredictedTimeAnalysis(_Mlp(), x, device=spec).copy(wide, torch.randn(1000, 1000)).total() == pytest.approx(
+        PredictedTimeAnalysis(wide, torch.randn(1000, 1000), device=_spec()).total())
+    assert predict_training_step(_Mlp(), x, device=spec).total_s == pytest.approx(predict_training_step(_Mlp(), x, device=_spec()).total_s)
+
+
+def test_a_decode_steps_attention_reads_the_decode_curve():
+    """One query over 512 cached keys (a decode step's) is priced on the decode curve, by its FLOPs;
+    two queries on the plain one."""
+    spec = _spec(kernel_curves={**_spec().kernel_curves, "decode_attention.float32": ((1000.0, 7e-6), (1e9, 7.0))})
+    keys = _meta(1, 8, 512, 64)
+
+    def attention(queries: int) -> EagerOpRecord:
+        return EagerOpRecord("aten::scaled_dot_product_attention", [_meta(1, 8, queries, 64), keys, keys], [_meta(1, 8, queries, 64)], ["query", "key", "value"])
+    flops = 4.0 * 8 * 512 * 64
+    assert kernel_seconds(attention(1), spec, flops, 0) == pytest.approx(7e-9 * flops)
+    assert kernel_seconds(attention(2), spec, 2 * flops, 0) == pytest.approx(1e-9 * 2 * flops)
+
+
 def test_an_sgd_training_step_by_hand():
     """SGD without momentum updates each parameter in place once (``add_``): the optimizer's step is
     its call, three host calls and three in-place kernels (its profiler markers cost nothing); the
@@ -216,6 +250,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     """With every bfloat16 product, convolution and attention made as slow as on a CPU without
     bfloat16 vector units, a calibration of a 6 s budget ends within it, and marks bfloat16 emulated."""
     from jitflops.timing.calibration import calibrate, products
+    from jitflops.timing.calibration.products import RESIDENT_ROTATION
 
     for name in ("linear", "conv2d", "scaled_dot_product_attention"):
         monkeypatch.setattr(F, name, _slow_bfloat16(getattr(F, name)))
@@ -227,7 +262,12 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert elapsed < 6 + 4, f"calibrate took {elapsed:.1f} s on a 6 s budget"
     assert spec.emulated == ("bfloat16",) and set(spec.products) == {"float32", "bfloat16"}
     assert spec.products["bfloat16"].rows == (1, 8, 32)  # emulated: small products only
-    assert {"copy", "arithmetic", "norm", "softmax", "gather", "attention.float32"} <= set(spec.kernel_curves)
+    assert {"copy", "arithmetic", "norm", "softmax", "gather", "attention.float32", "decode_attention.float32"} <= set(spec.kernel_curves)
+    caches = subprocess.run(["lscpu", "-C=LEVEL,ONE-SIZE", "-B"], capture_output=True, text=True).stdout.split()[2:] if shutil.which("lscpu") else []
+    if caches:  # util-linux's reading of the last-level cache (one instance's bytes) is the spec's
+        last = max(zip(caches[::2], caches[1::2]), key=lambda pair: int(pair[0]))
+        assert spec.cache_bytes == int(last[1])
+        assert spec.resident_products["float32"].weights[-1] * 4 * 2 <= spec.cache_bytes * RESIDENT_ROTATION  # the widths two weights of which a quarter of it holds
     assert set(spec.host_s) == {"op", "view", "scalar", "module", "backward"}
 
 

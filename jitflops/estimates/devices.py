@@ -33,6 +33,9 @@ HOST_KINDS = ("op", "view", "scalar", "module", "backward")
 metadata-only op, a read of a size or scalar, an ``nn.Module`` call, and the autograd engine's call
 of a backward op (no Python)."""
 
+RESIDENT_SHARE = 0.5
+"""The share of the last-level cache a model's weights may take and still be read from it."""
+
 DTYPE_KEYS = ("float64", "float32", "tf32", "bfloat16", "float16", "float8", "int8")
 """The keys of a spec's peaks: torch's dtype names, ``tf32`` for float32 matmuls on tensor cores,
 ``float8`` for every 8-bit float."""
@@ -82,6 +85,11 @@ class DeviceSpec:
     emulated: tuple[str, ...] = ()
     """Dtype keys the device computes without vector units (bfloat16 on a CPU without AVX-512 BF16
     or AMX): calibrated on small products only."""
+    cache_bytes: Optional[int] = None
+    """The last-level cache's bytes (``jitflops calibrate`` on a CPU)."""
+    resident_products: Mapping[str, ProductGrid] = field(default_factory=dict)
+    """Product rates per dtype key with the weights in the last-level cache (``jitflops calibrate``
+    on a CPU): what a model whose weights fit there reaches (:meth:`for_weights`)."""
     matches: tuple[str, ...] = field(default=(), compare=False)
     """Fragments of ``torch.cuda.get_device_name`` that name this device, most specific first."""
 
@@ -108,9 +116,9 @@ class DeviceSpec:
                 problems.append(f"{name} must be in (0, 1], got {value!r}")
         if not isinstance(self.launch_s, (int, float)) or self.launch_s < 0:
             problems.append(f"launch_s must be a non-negative number of seconds, got {self.launch_s!r}")
-        for key in [*self.products, *self.emulated]:
+        for key in [*self.products, *self.emulated, *self.resident_products]:
             if key not in DTYPE_KEYS:
-                problems.append(f"products and emulated take dtype keys, got {key!r} (known: {', '.join(DTYPE_KEYS)})")
+                problems.append(f"products, resident_products and emulated take dtype keys, got {key!r} (known: {', '.join(DTYPE_KEYS)})")
         for family, points in self.kernel_curves.items():
             if not points or any(len(point) != 2 or not point[0] > 0 or not point[1] > 0 for point in points) or list(points) != sorted(points):
                 problems.append(f"kernel_curves[{family!r}] must be (work > 0, seconds > 0) pairs in increasing work, got {points!r}")
@@ -144,6 +152,14 @@ class DeviceSpec:
                 return self.compute_efficiency * (low_share + weight * (high_share - low_share))
         return self.compute_efficiency * curve[-1][1]
 
+    def for_weights(self, weight_bytes: int) -> "DeviceSpec":
+        """The spec a model with ``weight_bytes`` of weights runs on: its products read from the cache
+        (:attr:`resident_products`) where the weights take at most :data:`RESIDENT_SHARE` of
+        :attr:`cache_bytes` (the rest holds the activations), this spec otherwise."""
+        if not self.resident_products or self.cache_bytes is None or weight_bytes > RESIDENT_SHARE * self.cache_bytes:
+            return self
+        return dataclasses.replace(self, products={**self.products, **self.resident_products})
+
     def to_json(self) -> str:
         document = {name: value for name, value in dataclasses.asdict(self).items() if name != "matches"}
         return json.dumps(document, indent=1)
@@ -162,12 +178,14 @@ class DeviceSpec:
             raise DeviceSpecError(f"device spec {origin or document.get('name', '?')!r}: {'; '.join(parts)} (keys: {', '.join(sorted(known))})")
         curve = tuple(tuple(point) for point in document.get("compute_curve", ()))
         curves = {key: tuple(tuple(point) for point in points) for key, points in document.get("dtype_curves", {}).items()}
-        try:
-            products = {key: ProductGrid.from_mapping(grid) for key, grid in document.get("products", {}).items()}
-        except (KeyError, TypeError, ValueError) as error:
-            raise DeviceSpecError(f"device spec {origin or document.get('name', '?')!r}: products: {error}") from None
+        grids = {}
+        for name in ("products", "resident_products"):
+            try:
+                grids[name] = {key: ProductGrid.from_mapping(grid) for key, grid in document.get(name, {}).items()}
+            except (KeyError, TypeError, ValueError) as error:
+                raise DeviceSpecError(f"device spec {origin or document.get('name', '?')!r}: {name}: {error}") from None
         kernels = {family: tuple(tuple(point) for point in points) for family, points in document.get("kernel_curves", {}).items()}
-        return cls(**{**document, "peak_flops": dict(document["peak_flops"]), "compute_curve": curve, "dtype_curves": curves, "products": products,
+        return cls(**{**document, "peak_flops": dict(document["peak_flops"]), "compute_curve": curve, "dtype_curves": curves, **grids,
                       "kernel_curves": kernels, "host_s": dict(document.get("host_s", {})), "emulated": tuple(document.get("emulated", ()))})
 
 

@@ -87,9 +87,10 @@ class OpTimes(Mapping[str, Handle]):
 
 class PredictedTimeAnalysis(JitModelAnalysis):
     """Predicted seconds per module and per operator on ``device`` (a name of the device table,
-    ``"h100"``, a spec file from ``jitflops calibrate``, or a :class:`~jitflops.estimates.devices.DeviceSpec`),
-    in fvcore's shape: ``total()`` is the forward's (and, with ``backward=True`` under the dispatch
-    backend, the backward's) predicted time.
+    ``"h100"``, a spec file from ``jitflops calibrate``, or a :class:`~jitflops.estimates.devices.DeviceSpec`;
+    a model whose weights a calibrated CPU's cache holds gets its products at the cache's rates:
+    :meth:`~jitflops.estimates.devices.DeviceSpec.for_weights`), in fvcore's shape: ``total()`` is
+    the forward's (and, with ``backward=True`` under the dispatch backend, the backward's) predicted time.
 
     >>> PredictedTimeAnalysis(model, inputs, device="h100").by_module()
     """
@@ -98,7 +99,10 @@ class PredictedTimeAnalysis(JitModelAnalysis):
                  mode: str = "eager", **front_end: Any) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        self._spec, self._mode = device_spec(device), mode
+        self._given, self._mode = device_spec(device), mode
+        self._spec = self._given  # a model whose weights the cache holds reads them from it
+        if isinstance(model, nn.Module):
+            self._spec = self._given.for_weights(sum(tensor.numel() * tensor.element_size() for tensor in model.parameters()))
         if mode == "graph" and is_cpu_spec(self._spec):
             raise ValueError(f"mode='graph': CUDA graphs replay a GPU's kernels, and {self._spec.name!r} is a CPU's spec")
         super().__init__(model, inputs, kwargs, **front_end)
@@ -121,7 +125,7 @@ class PredictedTimeAnalysis(JitModelAnalysis):
         return WHOLE_CALLS
 
     def _new_like(self, model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]]) -> "PredictedTimeAnalysis":
-        return type(self)(model, inputs, kwargs, device=self._spec, mode=self._mode, **self._front_end_settings())
+        return type(self)(model, inputs, kwargs, device=self._given, mode=self._mode, **self._front_end_settings())
 
     def _analyze(self, trace: OpSource) -> Statistics:
         return predicted_statistics(trace, self._spec, self._mode, self._aliases, self._op_handles, self._ignored_ops, self._ancestor_mode)

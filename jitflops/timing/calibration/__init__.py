@@ -6,8 +6,9 @@ environment's ``JITFLOPS_CALIBRATION_BUDGET_S`` set another), it measures:
 - the host's time per eager call by kind (:mod:`.host`) and the bandwidth of a large copy;
 - products: a grid of rates by rows and weight size per dtype, and batched products by FLOPs
   (:mod:`.products`); a dtype the device only emulates is found, marked and timed on small products;
-- dense and depthwise convolutions (:mod:`.convolutions`) and fused attention, causal or not
-  (:mod:`.attention`), by FLOPs, per dtype it runs at speed;
+  on a CPU, float32's grid again with the weights in the last-level cache, and that cache's size;
+- dense and depthwise convolutions (:mod:`.convolutions`) and fused attention, causal or not, and
+  a decode step's one query (:mod:`.attention`), by FLOPs, per dtype it runs at speed;
 - elementwise ops by kind (:mod:`.elementwise`), norms, softmax and reductions (:mod:`.reductions`)
   and gathers (:mod:`.gathers`), by elements.
 
@@ -34,12 +35,12 @@ from .convolutions import convolution_curves
 from .elementwise import elementwise_curves
 from .gathers import gather_curve
 from .host import host_seconds
-from .products import CPU_MOST_FLOPS, CPU_ROWS, CPU_WIDTHS, GPU_ROWS, GPU_WIDTHS, batched_curve, is_emulated, product_grid
+from .products import CPU_MOST_FLOPS, CPU_ROWS, CPU_WIDTHS, GPU_ROWS, GPU_WIDTHS, batched_curve, is_emulated, last_level_cache_bytes, product_grid, resident_grid
 from .reductions import reduction_curves
 
 CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-SHARES = {"products": 0.40, "batched": 0.06, "convolutions": 0.15, "attention": 0.10, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
+SHARES = {"products": 0.36, "resident": 0.04, "batched": 0.06, "convolutions": 0.15, "attention": 0.10, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
 """Each family's share of the budget (what the host and the bandwidth take, a second or two, comes first)."""
 
 
@@ -104,6 +105,8 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
                 grids[key] = product_grid(cold, dtype, share, small, widths[:2], most)
             else:
                 grids[key] = product_grid(cold, dtype, share, rows, widths, most)
+    cache = None if gpu else last_level_cache_bytes()
+    resident = resident_grid(warm, Budget(budget.seconds * SHARES["resident"]), rows, widths, cache) if cache and torch.float32 in dtypes else None
     kernels: dict[str, tuple[tuple[float, float], ...]] = {}
     for family, measure in (("batched", lambda dtype, share: {"bmm": batched_curve(cold, dtype, share, (12, 48), (64, 128, 256, 512, 1024))}),
                             ("convolutions", lambda dtype, share: convolution_curves(cold, dtype, share, on_host)),
@@ -135,6 +138,8 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
         kernel_curves=kernels,
         host_s=host,
         emulated=tuple(emulated),
+        cache_bytes=cache,
+        resident_products={"float32": resident} if resident is not None else {},
     )
 
 

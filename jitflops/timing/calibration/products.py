@@ -4,8 +4,11 @@ A product's rate depends on more than its FLOPs: one row against a 4,096 x 4,096
 weight from memory for 2 FLOPs an element (a CPU reaches a tenth of its peak), while 512 rows reuse
 each weight element 512 times. So products are timed on a grid of rows (tokens) by square weights,
 ``F.linear`` as models call it, each call on weights from memory; the spec keeps the grid of rates
-(:class:`~jitflops.estimates.devices.ProductGrid`). Batched products (attention's scores and values)
-get a curve of their own, by FLOPs. A dtype the device computes without vector units (bfloat16 on a
+(:class:`~jitflops.estimates.devices.ProductGrid`). A model whose weights all fit in a CPU's
+last-level cache reads them from there, not from memory, on every forward after its first: a second
+grid takes weights filling a quarter of that cache in turn, never flushed, enough of them to
+overflow the caches nearer the cores (:func:`resident_grid`). Batched products (attention's scores
+and values) get a curve of their own, by FLOPs. A dtype the device computes without vector units (bfloat16 on a
 CPU without AVX-512 BF16 or AMX runs at a hundredth of float32's rate) is found by one small
 product and timed on small products only: it is marked emulated, and a calibration stays within its
 budget on any CPU.
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -38,6 +43,24 @@ EMULATED_BELOW = 0.1
 """A dtype whose small product runs below this share of float32's rate is emulated."""
 
 _PROBE = (128, 512, 512)
+
+RESIDENT_ROTATION = 0.25
+"""The share of the last-level cache the resident grid's weights take, taken in turn: more than a
+core's own caches hold (a quarter of a 32 MiB L3 against a 1 MiB L2), less than the cache."""
+
+
+def last_level_cache_bytes() -> Optional[int]:
+    """The size of this CPU's last-level cache, as Linux reports it (None where it does not)."""
+    sizes = {}
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level, size, kind = ((entry / name).read_text().strip() for name in ("level", "size", "type"))
+        except OSError:
+            continue
+        if kind != "Instruction":
+            units = {"K": 2**10, "M": 2**20, "G": 2**30}
+            sizes[int(level)] = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    return sizes[max(sizes)] if sizes else None
 
 
 def _operands(device: torch.device, dtype: torch.dtype, rows: int, width: int, count: int = 3) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -75,11 +98,14 @@ def is_emulated(timer: CallTimer, dtype: torch.dtype, float32_rate: float) -> bo
 
 
 def product_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequence[int], widths: Sequence[int],
-                 most_flops: float = float("inf")) -> ProductGrid:
+                 most_flops: float = float("inf"), rotation_bytes: int = 0) -> ProductGrid:
     """The grid of ``dtype``'s rates, its products timed in interleaved passes (smallest first) while
     ``budget`` lasts; a product not timed (over ``most_flops``, or one the budget cannot afford)
-    takes the rate of the largest timed one of its row, or of the row below."""
-    operands = functools.lru_cache(maxsize=None)(lambda width: _operands(timer.device, dtype, max(rows), width))  # made at a width's first product
+    takes the rate of the largest timed one of its row, or of the row below. Each size's calls take
+    3 weights in turn, or as many as ``rotation_bytes`` holds."""
+    def copies(width: int) -> int:
+        return max(3, math.ceil(rotation_bytes / (width * width * dtype.itemsize)))
+    operands = functools.lru_cache(maxsize=None)(lambda width: _operands(timer.device, dtype, max(rows), width, copies(width)))  # made at a width's first product
     cells = sorted(((2.0 * row * width * width, row, width) for row in rows for width in widths if 2.0 * row * width * width <= most_flops))
 
     def maker(row: int, width: int) -> Maker:
@@ -98,6 +124,14 @@ def product_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Seq
             line.append(last if last is not None else (filled[-1][column] if filled else float("nan")))
         filled.append(tuple(line))
     return ProductGrid(tuple(rows), tuple(width * width for width in widths), tuple(filled))
+
+
+def resident_grid(timer: CallTimer, budget: Budget, rows: Sequence[int], widths: Sequence[int], cache_bytes: int) -> Optional[ProductGrid]:
+    """float32's grid with its weights in the last-level cache of ``cache_bytes`` (``timer`` must not
+    flush): the widths whose weights fit :data:`RESIDENT_ROTATION` of it, several times over (None: none does)."""
+    rotation = int(cache_bytes * RESIDENT_ROTATION)
+    fitting = [width for width in widths if 2 * width * width * 4 <= rotation]
+    return product_grid(timer, torch.float32, budget, rows, fitting, rotation_bytes=rotation) if fitting else None
 
 
 def batched_curve(timer: CallTimer, dtype: torch.dtype, budget: Budget, batches: Sequence[int], lengths: Sequence[int],
