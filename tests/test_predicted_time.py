@@ -192,6 +192,39 @@ def test_a_decode_steps_attention_reads_the_decode_curve():
     assert kernel_seconds(attention(2), spec, 2 * flops, 0) == pytest.approx(1e-9 * 2 * flops)
 
 
+def test_attention_that_drops_out_on_a_cpu_is_priced_on_its_math_path():
+    """torch's CPU kernel has no dropout: SDPA with ``dropout_p > 0`` takes the math path there
+    (torch's own choice, asked below). Its forward is priced as two batched products, a softmax, the
+    mask's draw and its multiply over the scores; its backward as four products, the softmax's
+    backward and the multiply; without dropout, or on a GPU, on the attention curve."""
+    q = torch.randn(1, 2, 64, 32)
+    assert torch._fused_sdp_choice(q, q, q, dropout_p=0.1) == torch.nn.attention.SDPBackend.MATH.value
+    assert torch._fused_sdp_choice(q, q, q, dropout_p=0.0) != torch.nn.attention.SDPBackend.MATH.value
+    spec = _spec(kernel_curves={**_spec().kernel_curves, "random": ((1000.0, 1e-6), (1e9, 1.0))})
+    query = _meta(1, 2, 64, 32)
+    names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal"]
+    forward = EagerOpRecord("aten::scaled_dot_product_attention", [query, query, query, None, 0.1, False], [query], names)
+    pairs, product = 2 * 64 * 64, 2.0 * 2 * 64 * 64 * 32  # the scores' elements; each product's FLOPs
+    assert kernel_seconds(forward, spec, 2 * product, 0) == pytest.approx(1e-9 * (2 * product + 3 * pairs))
+    backward = EagerOpRecord("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [query, query, query, query, query, _meta(1, 2, 64), 0.1, False],
+                             [query, query, query], ["grad_out", "query", "key", "value", "out", "logsumexp", "dropout_p", "is_causal"])
+    assert kernel_seconds(backward, spec, 5 * product, 0) == pytest.approx(1e-9 * (4 * product + 2 * pairs))
+    kept = EagerOpRecord("aten::scaled_dot_product_attention", [query, query, query, None, 0.0, False], [query], names)
+    assert kernel_seconds(kept, spec, 2 * product, 0) == pytest.approx(1e-9 * 2 * product)  # the attention curve
+    gpu = _spec(name="gpu (test)")
+    assert kernel_seconds(forward, gpu, 2 * product, 0) == pytest.approx(1e-9 * 2 * product)
+    assert kernel_seconds(forward, _spec(), 2 * product, 0) == pytest.approx(1e-9 * 2 * product)  # a spec without the random curve: the fused curve
+
+
+def test_an_embeddings_backward_writes_a_table_sized_gradient():
+    """``embedding_dense_backward`` zero-fills a gradient of the table's size and adds the rows into
+    it: the copy curve by the table's elements (1,000 x 64), not the gathered rows' (8)."""
+    spec = _spec()
+    op = EagerOpRecord("aten::embedding_dense_backward", [_meta(8, 64), TensorMeta((8,), torch.int64), 1000, -1, False], [_meta(1000, 64)],
+                       ["grad_output", "indices", "num_weights", "padding_idx", "scale_grad_by_freq"])
+    assert kernel_seconds(op, spec, 0, 4.0) == pytest.approx(1e-9 * 1000 * 64)
+
+
 def test_an_sgd_training_step_by_hand():
     """SGD without momentum updates each parameter in place once (``add_``): the optimizer's step is
     its call, three host calls and three in-place kernels (its profiler markers cost nothing); the

@@ -1,14 +1,20 @@
 """Fused attention's kernel: ``scaled_dot_product_attention`` on its curve by FLOPs (counted densely),
 the causal curve where it runs causally (its kernel skips the blocks above the diagonal), the
 masked one where it is given a mask (which it reads and adds), the decode curve where one query
-attends (a decode step's: bound by reading the cache, mask or not)."""
+attends (a decode step's: bound by reading the cache, mask or not).
+
+On a CPU, attention that drops out (training's ``dropout_p > 0``) does not run fused: torch's CPU
+kernel has no dropout, and SDPA takes its math path. Its forward is then two batched products, a
+softmax over the scores, the dropout's draw of a mask and its multiply; its backward four batched
+products, the softmax's backward and the mask's multiply (:func:`math_path_seconds`)."""
 
 from __future__ import annotations
 
 from typing import Optional
 
 from ...core.records import OpRecord, TensorMeta
-from ..devices import DeviceSpec, dtype_key
+from ...handles.attention import attention_shape
+from ..devices import DeviceSpec, dtype_key, is_cpu_spec
 from ..measured_curves import curve_seconds
 from .operands import compute_dtype
 from .registry import KERNEL_COSTS, curve_of
@@ -19,8 +25,35 @@ ATTENTION_KERNELS = (
 )
 
 
+def math_path_seconds(op: OpRecord, spec: DeviceSpec, backward: bool) -> Optional[float]:
+    """SDPA's math path on ``spec``'s curves, its forward or its backward (None: a curve it needs is missing)."""
+    pairs, head_dim, value_dim = attention_shape(op)
+    dtype = dtype_key(compute_dtype(op))
+    curves = [curve_of(spec, "bmm", dtype), curve_of(spec, "softmax"), curve_of(spec, "random"), curve_of(spec, "arithmetic")]
+    if any(curve is None for curve in curves):
+        return None
+    products, softmax, random, arithmetic = curves
+    scores, values = 2.0 * pairs * head_dim, 2.0 * pairs * value_dim  # the FLOPs of the product that makes the scores, and of the one that weighs the values
+    if backward:  # the scores' and the values' gradients, each two products, the softmax's backward and the mask's multiply
+        return 2 * curve_seconds(products, scores) + 2 * curve_seconds(products, values) + curve_seconds(softmax, pairs) + curve_seconds(arithmetic, pairs)
+    return curve_seconds(products, scores) + curve_seconds(products, values) + curve_seconds(softmax, pairs) + curve_seconds(random, pairs) + curve_seconds(arithmetic, pairs)
+
+
+def _drops_out_on_a_cpu(op: OpRecord, spec: DeviceSpec) -> bool:
+    return is_cpu_spec(spec) and (op.arg_or("dropout_p", 0.0) or 0.0) > 0
+
+
+@KERNEL_COSTS.register("aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+def attention_backward_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
+    """A CPU's attention backward: the math path's where it drops out, else the roofline's (None)."""
+    return math_path_seconds(op, spec, backward=True) if _drops_out_on_a_cpu(op, spec) else None
+
+
 @KERNEL_COSTS.register(*ATTENTION_KERNELS)
 def attention_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
+    math_path = math_path_seconds(op, spec, backward=False) if _drops_out_on_a_cpu(op, spec) else None
+    if math_path is not None:
+        return math_path
     query = op.input(0)
     dtype = dtype_key(compute_dtype(op))
     decode = curve_of(spec, "decode_attention", dtype) if isinstance(query, TensorMeta) and query.shape and len(query.shape) >= 2 and query.shape[-2] == 1 else None

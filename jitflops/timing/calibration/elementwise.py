@@ -10,6 +10,10 @@ concatenations, pads), ``add`` of two tensors (arithmetic, comparisons, selectio
 activations), ``add_`` (the same in place: no output to allocate), one function of each group
 of transcendental ones (``exp``, ``tanh``, ``erf``, ``log``, ``sqrt``), and ``bernoulli_`` (random
 numbers drawn, as training's dropout draws its mask: a CPU's generator is slower than any of them).
+The mask is drawn with 0.9, as a dropout of 0.1 (the models' usual one) keeps its elements: a CPU
+draws in a time that grows with the rarer outcome's probability (per element on a 2-core AVX-512
+EPYC, 4.4 ns at 0.99 or 0.01, 5.8 at 0.9, 7.3 at 0.8, 11.7 at 0.5), so a dropout of 0.5 is priced
+at half its time.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ KINDS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "erf": lambda x, y: torch.erf(y),
     "log": lambda x, y: torch.log(y),
     "sqrt": lambda x, y: torch.sqrt(y),
-    "random": lambda x, y: x.bernoulli_(0.5),
+    "random": lambda x, y: x.bernoulli_(0.9),
 }
 
 
