@@ -305,7 +305,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kwargs", help='keyword arguments as JSON; "ones:1,128", "zeros:..", "randn:..", "ids:.." make tensors')
     parser.add_argument("--device", help="cpu, cuda, cuda:N or meta (meta: counts only, no memory); or a device to predict the time on, counted on meta: a name of the device table (h100, a100-40gb, mi300x, ...) or a spec from 'jitflops calibrate'; default: meta for a named model, else cpu")
     parser.add_argument("--predict", metavar="DEVICE", help="also predict each module's time on DEVICE (a name of the device table, or a spec file from 'jitflops calibrate'), beside the measured time with --profile")
-    parser.add_argument("--mode", default="eager", choices=["eager", "graph"], help="the execution mode predicted: eager (default), or graph (CUDA graphs: the kernels alone, on a GPU)")
+    parser.add_argument("--mode", default="eager", choices=["eager", "graph", "compiled"],
+                        help="the execution mode predicted: eager (default), graph (CUDA graphs: the kernels alone, on a GPU), or compiled "
+                             "(torch.compile: the kernels alone, each run of pointwise ops and reductions fused into one)")
     parser.add_argument("--generate", type=int, metavar="TOKENS", help="with a device to predict on: also the predicted time of generate() making TOKENS new tokens from the --input-ids prompt (the prefill, the decode steps)")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     mode = parser.add_mutually_exclusive_group()
@@ -424,7 +426,7 @@ def run(args: argparse.Namespace) -> str:
     summary = profile.summary
     if prediction is not None and args.format in ("table", "tree") and not args.profile:  # the DeepSpeed printout and the JSON say it themselves
         report += (f"\n\nPredicted forward on {prediction.name} ({args.mode}; {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
-                   f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte; {error_note(prediction, 'forward')}")
+                   f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte; {error_note(prediction, 'compiled forward' if args.mode == 'compiled' else 'forward')}")
     if prediction is not None and (args.generate or (args.train and not args.fit)):
         report = _with_predicted_steps(args, report, model, positional, keywords, prediction)
     if estimate is not None:

@@ -124,7 +124,43 @@ def test_host_and_kernels_take_turns_on_a_cpu_and_overlap_on_a_gpu():
     graph = Timeline("graph", overlapped=True)  # CUDA graphs: the kernels alone
     assert [graph.add(5, 1), graph.add(5, 1)] == [1, 1]
     with pytest.raises(ValueError, match="mode must be one of"):
-        Timeline("compiled")
+        Timeline("jit")
+
+
+def test_compiled_fuses_each_run_of_pointwise_ops_into_its_slowest_member():
+    """torch.compile: no host time; a run of fusible ops (pointwise, reductions) takes its slowest
+    member's time; a view inside it neither joins nor ends it; a product ends it."""
+    compiled = Timeline("compiled", overlapped=False)
+    added = [compiled.add(4, 10), compiled.add(4, 2, True), compiled.add(4, 5, True), compiled.add(4, 0), compiled.add(4, 3, True),
+             compiled.add(4, 10), compiled.add(4, 2, True)]
+    assert added == [10, 2, 3, 0, 0, 10, 2] and compiled.end == 27
+
+
+class _Pointwise(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(torch.relu(x) * 2 + 1)
+
+
+def test_a_compiled_forward_is_its_library_kernels_and_one_kernel_per_pointwise_run():
+    """``_Mlp`` compiled: its two products (the first with its bias copy), and its ReLU alone between
+    them; four pointwise ops in a row: their slowest, the tanh (3 ns an element against 1)."""
+    spec = _spec(kernel_curves={**_spec().kernel_curves, "tanh": ((1000.0, 3e-6), (1e9, 3.0))})
+    x = torch.randn(1000, 100)
+    flops = 2.0 * 1000 * 100 * 100
+    assert PredictedTimeAnalysis(_Mlp(), x, device=spec, mode="compiled").total() == pytest.approx(2 * flops / 1e11 + 2e-9 * 1000 * 100)
+    assert PredictedTimeAnalysis(_Pointwise(), x, device=spec, mode="compiled").total() == pytest.approx(3e-9 * 1000 * 100)
+    assert PredictedTimeAnalysis(_Pointwise(), x, device=spec).total() == pytest.approx(4 * 4e-6 + 3e-6 + 1e-9 * 3e5 + 3e-9 * 1e5)  # eager: four calls, four kernels
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="inductor compiles C++ for the CPU")
+def test_inductor_fuses_a_run_of_pointwise_ops_into_one_kernel():
+    """What the compiled mode assumes, asked of torch: the four pointwise ops compile to one kernel."""
+    from torch._inductor import metrics
+
+    torch._dynamo.reset()
+    metrics.reset()
+    torch.compile(_Pointwise())(torch.randn(64, 64))
+    assert metrics.generated_kernel_count == 1
 
 
 def test_a_module_entered_costs_the_host_a_call():

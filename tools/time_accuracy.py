@@ -12,7 +12,9 @@ the prediction on that round's spec:
 - the zoo's transformers' training step (forward, backward, an AdamW step: the median of
   ``--steps`` steady steps) against ``predict_training_step``;
 - the zoo's decoders' ``generate()`` (32 new tokens from 128, greedy): the prefill's forward and the
-  mean decode step's (each forward timed by hooks) against ``predict_generation``.
+  mean decode step's (each forward timed by hooks) against ``predict_generation``;
+- with ``--compiled``, every model's forward under ``torch.compile`` (compiled once, before the
+  rounds; timed interleaved with the others after the eager forwards) against ``mode="compiled"``.
 
 A figure's error is its median over the rounds, with its spread (the smallest and largest round's);
 the noise floor is the same forward timed in two rounds (the median over models of their relative
@@ -21,6 +23,7 @@ calibration. Prints the tables ``docs/benchmarks.md`` keeps and writes the figur
 
     python tools/time_accuracy.py                          # 3 rounds, everything (about 6 minutes on 2 cores)
     python tools/time_accuracy.py --rounds 1 --models bert-base --no-training --no-generation
+    python tools/time_accuracy.py --compiled                # and torch.compile's forwards (about 3 minutes more)
 """
 
 from __future__ import annotations
@@ -160,6 +163,8 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
     models = {name: ZOO[name].instantiate("cpu") for name in options.models}
     decoders = {name: decoder(name) for name in DECODERS if name in options.models and options.generation}
     prompt = torch.randint(0, 1000, (1, PROMPT), generator=torch.Generator().manual_seed(0))
+    compiled = {name: (torch.compile(model), args, kwargs) for name, (model, args, kwargs) in models.items()} if options.compiled else {}
+    forwards(compiled, 0)  # each compiled at its first call
     rounds = []
     for index in range(options.rounds):
         before = forwards(models, (options.repeats + 1) // 2)  # the forwards on both sides of the calibration: a shared
@@ -168,7 +173,11 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
         calibration_s = time.perf_counter() - started
         after = forwards(models, options.repeats // 2 + 1)
         measured = {name: statistics.median(before[name] + after[name]) for name in models}
-        row: dict[str, Any] = {"calibration_s": calibration_s, "device": json.loads(spec.to_json()), "forward": {}, "training": {}, "generation": {}}
+        compiled_s = {name: statistics.median(times) for name, times in forwards(compiled, options.repeats).items()}
+        row: dict[str, Any] = {"calibration_s": calibration_s, "device": json.loads(spec.to_json()), "forward": {}, "training": {}, "generation": {}, "compiled": {}}
+        for name, (model, args, kwargs) in models.items() if compiled else ():
+            predicted = PredictedTimeAnalysis(model, args, kwargs, device=spec, mode="compiled").unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
+            row["compiled"][name] = {"measured_s": compiled_s[name], "predicted_s": predicted, "error": predicted / compiled_s[name] - 1}
         for name, (model, args, kwargs) in models.items():
             predicted = PredictedTimeAnalysis(model, args, kwargs, device=spec).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
             row["forward"][name] = {"measured_s": measured[name], "predicted_s": predicted, "error": predicted / measured[name] - 1}
@@ -194,7 +203,7 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
 def reduced(document: dict[str, Any]) -> dict[str, Any]:
     """Each figure's median over the rounds, with its spread; the noise floor."""
     rounds = document["rounds"]
-    result: dict[str, Any] = {"forward": {}, "training": {}, "generation": {}}
+    result: dict[str, Any] = {"forward": {}, "training": {}, "generation": {}, "compiled": {}}
     for name in rounds[0]["forward"]:
         per_round = [row["forward"][name] for row in rounds]
         entry = {"measured_s": statistics.median(value["measured_s"] for value in per_round), "error": summary([value["error"] for value in per_round]),
@@ -203,9 +212,10 @@ def reduced(document: dict[str, Any]) -> dict[str, Any]:
             entry["module_median_abs_error"] = statistics.median(value["modules"]["median_abs_error"] for value in per_round)
             entry["worst_module"] = max((value["modules"]["worst"] for value in per_round), key=lambda item: abs(item[1]))
         result["forward"][name] = entry
-    for name in rounds[0]["training"]:
-        result["training"][name] = {"measured_s": statistics.median(row["training"][name]["measured_s"] for row in rounds),
-                                    "error": summary([row["training"][name]["error"] for row in rounds])}
+    for part in ("training", "compiled"):
+        for name in rounds[0].get(part, {}):
+            result[part][name] = {"measured_s": statistics.median(row[part][name]["measured_s"] for row in rounds),
+                                  "error": summary([row[part][name]["error"] for row in rounds])}
     for name in rounds[0]["generation"]:
         result["generation"][name] = {key: summary([row["generation"][name][key] for row in rounds]) for key in ("prefill_error", "decode_error")}
     if len(rounds) > 1:
@@ -229,6 +239,9 @@ def tables(result: dict[str, Any], rounds: int) -> str:
     if result["training"]:
         lines += ["", "| model | training step (AdamW) | error |", "|---|---|---|"]
         lines += [f"| {name} | {entry['measured_s'] * 1e3:.0f} ms | {spread(entry['error'])} |" for name, entry in result["training"].items()]
+    if result["compiled"]:
+        lines += ["", "| model | forward under torch.compile | error |", "|---|---|---|"]
+        lines += [f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} |" for name, entry in result["compiled"].items()]
     if result["generation"]:
         lines += ["", f"| decoder | prefill ({PROMPT} tokens) error | mean decode step ({NEW_TOKENS} tokens) error |", "|---|---|---|"]
         lines += [f"| {name} | {spread(entry['prefill_error'])} | {spread(entry['decode_error'])} |" for name, entry in result["generation"].items()]
@@ -244,6 +257,7 @@ def main() -> None:
     parser.add_argument("--no-modules", dest="modules", action="store_false", help="skip the per-module timed pass")
     parser.add_argument("--no-training", dest="training", action="store_false")
     parser.add_argument("--no-generation", dest="generation", action="store_false")
+    parser.add_argument("--compiled", action="store_true", help="also torch.compile's forwards, against mode='compiled'")
     parser.add_argument("--json", default=str(REPO / "tools" / "time_results.json"))
     options = parser.parse_args()
     warnings.simplefilter("ignore")

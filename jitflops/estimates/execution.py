@@ -9,6 +9,11 @@ the host its call. How they add up depends on where the kernels run and how they
   before it is done and it has been issued. A forward takes the longer of the two streams, with the
   waits between them: small batches wait on the host, large ones on the GPU.
 - ``graph`` (CUDA graphs): the kernels are replayed without the host, back to back.
+- ``compiled`` (``torch.compile``): the kernels back to back without the host's time per op (the
+  compiled wrapper calls them), and each run of consecutive ops inductor writes its own loops for
+  (pointwise ops, copies, random draws, norms, softmax, reductions) fused into one kernel: the run
+  takes its slowest member's time, its intermediate tensors never written. Products, convolutions,
+  attention and gathers stay the library's kernels. The compilation itself is not counted.
 
 :class:`Timeline` keeps both clocks over the ops in the order they run, and gives each op the time
 it adds to the forward's end (the sum of those is the forward; per module, its ops' sum).
@@ -21,7 +26,7 @@ from typing import Optional
 from ..handles.traffic import METADATA_OPS
 from ..handles.zero_cost import aten_kinds
 
-MODES = ("eager", "graph")
+MODES = ("eager", "graph", "compiled")
 
 SCALAR_OPS = aten_kinds("size Int Float Bool ScalarImplicit IntImplicit FloatImplicit numel dim item _local_scalar_dense sym_size sym_numel sym_stride len")
 """Ops that read a size or a scalar: a Python attribute or a number, not a tensor call."""
@@ -63,11 +68,18 @@ class Timeline:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode, self.overlapped = mode, overlapped
         self.host = self.device = self.end = 0.0
+        self._fused: Optional[float] = None
+        """Compiled: the slowest kernel of the fused run the last op joined (None: no run open)."""
 
-    def add(self, host_s: float, kernel_s: float) -> float:
-        """Run one op: the seconds it adds to the end."""
-        if self.mode == "graph":
+    def add(self, host_s: float, kernel_s: float, fusible: bool = False) -> float:
+        """Run one op (``fusible``: one a compiler fuses with its fusible neighbours): the seconds it adds to the end."""
+        if self.mode != "eager":
             host_s = 0.0
+        if self.mode == "compiled" and kernel_s:  # an op without a kernel (a view) neither joins a run nor ends it
+            if fusible and self._fused is not None:
+                kernel_s, self._fused = max(0.0, kernel_s - self._fused), max(self._fused, kernel_s)
+            else:
+                self._fused = kernel_s if fusible else None
         if not self.overlapped:
             self.end += host_s + kernel_s
             return host_s + kernel_s

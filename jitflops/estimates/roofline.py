@@ -27,7 +27,7 @@ from ..frontends.program_source import ProgramSource
 from ..handles import FLOP_FORMULAS, Handle, ShapeFormula
 from ..handles.convolution import CUDNN_TF32_KINDS
 from ..handles.traffic import BYTES_FORMULAS, METADATA_OPS, TrafficFormulas
-from .costs import compute_dtype, kernel_seconds, roofline_seconds  # noqa: F401  (the roofline's names where they were)
+from .costs import FUSED_WHEN_COMPILED, compute_dtype, kernel_seconds, roofline_seconds  # noqa: F401  (the roofline's names where they were)
 from .devices import DeviceSpec, device_spec, is_cpu_spec
 from .execution import MODES, Timeline, host_kind, modules_entered
 
@@ -73,7 +73,7 @@ class OpTimes(Mapping[str, Handle]):
             entered = modules_entered(self._module or "", op.scope, self._called) + (self._module is None)  # the model's own call first
             host += entered * self._spec.host_seconds("module")
             self._module = op.scope
-        return self._timeline.add(host, self.kernel(op))
+        return self._timeline.add(host, self.kernel(op), op.kind in FUSED_WHEN_COMPILED)
 
     def __getitem__(self, kind: str) -> Handle:
         return self._formula

@@ -85,8 +85,8 @@ def profile_model(
     (:mod:`jitflops.profiling.ranks`); a rank that fails is named on every rank. Every profile has the
     bytes each module's ops move; with ``device`` (a name of the device table such as ``"h100"``,
     a spec file, a :class:`~jitflops.estimates.devices.DeviceSpec`) it also has the time the roofline predicts
-    there, per module (:mod:`jitflops.estimates.roofline`; in execution ``mode``: ``"eager"`` or, for a GPU's
-    spec, ``"graph"``), beside the measured time where the call was timed.
+    there, per module (:mod:`jitflops.estimates.roofline`; in execution ``mode``: ``"eager"``, ``"compiled"``
+    or, for a GPU's spec, ``"graph"``), beside the measured time where the call was timed.
     ``model`` may be an ``ExportedProgram`` or a ``.pt2`` path: counted from its graph
     (``timed=False``; no inputs: the sizes it was exported with).
     """

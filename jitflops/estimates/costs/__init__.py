@@ -11,6 +11,9 @@ from . import attention, convolution, elementwise, gathers, products, reductions
 from .operands import compute_dtype
 from .registry import KERNEL_COSTS, roofline_seconds
 
+FUSED_WHEN_COMPILED = elementwise.ELEMENTWISE_KINDS | reductions.REDUCTION_KINDS
+"""The ops ``torch.compile`` (inductor) writes its own loops for, fusing each run of them into one kernel."""
+
 
 def kernel_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float, tf32: bool = False) -> float:
     """Seconds of ``op``'s kernel on ``spec``: its family's curve, else the roofline. Nothing moved
@@ -25,4 +28,4 @@ def kernel_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float,
     return roofline_seconds(flops, traffic, spec.peak_for(dtype, tf32), spec, dtype_key(dtype, tf32))
 
 
-__all__ = ["KERNEL_COSTS", "compute_dtype", "kernel_seconds", "roofline_seconds"]
+__all__ = ["FUSED_WHEN_COMPILED", "KERNEL_COSTS", "compute_dtype", "kernel_seconds", "roofline_seconds"]

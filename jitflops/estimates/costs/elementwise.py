@@ -65,7 +65,10 @@ def elementwise_family(op: OpRecord) -> str:
     return "inplace" if op.kind.endswith("_") else "arithmetic"
 
 
-@KERNEL_COSTS.register(*sorted((set(POINTWISE_OPS) | COPIES | RANDOM) - {"aten::diff"}))
+ELEMENTWISE_KINDS = frozenset((set(POINTWISE_OPS) | COPIES | RANDOM) - {"aten::diff"})
+
+
+@KERNEL_COSTS.register(*sorted(ELEMENTWISE_KINDS))
 def elementwise_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
     if not traffic:
         return 0.0

@@ -38,7 +38,10 @@ def _family(op: OpRecord) -> str:
     return "softmax" if op.kind in SOFTMAX_OPS else "reduction"
 
 
-@KERNEL_COSTS.register(*sorted(NORMS | set(SOFTMAX_OPS) | set(REDUCTION_OPS) | GLOBAL_POOLS | WINDOWED_POOLS))
+REDUCTION_KINDS = frozenset(NORMS | set(SOFTMAX_OPS) | set(REDUCTION_OPS) | GLOBAL_POOLS | WINDOWED_POOLS)
+
+
+@KERNEL_COSTS.register(*sorted(REDUCTION_KINDS))
 def reduction_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
     curve = curve_of(spec, _family(op))
     return curve_seconds(curve, input_elements(op)) if curve is not None else None
