@@ -426,7 +426,7 @@ def run(args: argparse.Namespace) -> str:
     summary = profile.summary
     if prediction is not None and args.format in ("table", "tree") and not args.profile:  # the DeepSpeed printout and the JSON say it themselves
         report += (f"\n\nPredicted forward on {prediction.name} ({args.mode}; {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
-                   f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte; {error_note(prediction, 'compiled forward' if args.mode == 'compiled' else 'forward')}")
+                   f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte; {error_note(prediction, summary.prediction_figure)}")
     if prediction is not None and (args.generate or (args.train and not args.fit)):
         report = _with_predicted_steps(args, report, model, positional, keywords, prediction)
     if estimate is not None:

@@ -14,6 +14,7 @@ from torch import nn
 
 from jitflops import format_model_profile, profile_model
 from jitflops.estimates.devices import DEVICES, DeviceSpec, DeviceSpecError, device_spec, spec_of_gpu
+from jitflops.estimates.error_bands import MEASURED
 from jitflops.reports.files import profile_to_dict
 from jitflops.examples import all_examples
 from jitflops.estimates.roofline import PredictedTimeAnalysis
@@ -166,6 +167,7 @@ def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)["summary"]
     assert summary["prediction_device"] == "a100-80gb" and summary["device"] == "meta" and summary["predicted_s"] > 0
+    assert summary["prediction_mode"] == "eager" and summary["predicted_error_band"] is None  # not measured on a GPU
     timed = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", "h100", "--profile"], capture_output=True, text=True, timeout=300)
     assert timed.returncode == 2 and "use --device cpu or cuda with --predict h100-sxm" in timed.stderr
     spec = tmp_path / "cpu.json"
@@ -178,6 +180,11 @@ def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
     table = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", str(spec)], capture_output=True, text=True, timeout=300)
     assert re.search(r"^Predicted forward on cpu \(\d+ threads\) \(eager; (compute|memory)-bound; ridge [\d.]+ flops/byte\): [\d.]+ [mu]?s; .*; measured error [-+]\d+% to [-+]\d+% on a calibrated CPU", table.stdout, re.M), table.stdout[-500:]
     assert re.search(r"^\| module +\| #parameters or shape +\| #flops +\| #activations +\| #bytes +\| #FLOP/byte +\|$", table.stdout, re.M)
+    as_json = [json.loads(subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", str(spec), "--mode", mode, "--format", "json",
+                                          "--quiet"], capture_output=True, text=True, timeout=300).stdout)["summary"] for mode in ("eager", "compiled")]
+    assert [summary["prediction_mode"] for summary in as_json] == ["eager", "compiled"]
+    assert [tuple(summary["predicted_error_band"]) for summary in as_json] == [MEASURED["cpu"]["forward"], MEASURED["cpu"]["compiled forward"]]
+    assert as_json[1]["predicted_s"] < as_json[0]["predicted_s"]  # no host time per op, the pointwise runs fused
 
 
 def test_the_gpu_check_runs_its_flow_on_a_cpu(tmp_path):

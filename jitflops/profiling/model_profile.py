@@ -107,8 +107,15 @@ class ProfileSummary:
     predicted_s: Optional[float] = None
     """The forward's time the roofline predicts on :attr:`prediction_device` (None: not asked for)."""
     prediction_device: Optional[DeviceSpec] = None
+    prediction_mode: str = "eager"
+    """The execution mode :attr:`predicted_s` is for (:data:`~jitflops.estimates.execution.MODES`)."""
     measured_on: Optional[str] = None
     """The device the timed pass ran on, by name: ``"cpu"``, or the GPU's (None: not timed)."""
+
+    @property
+    def prediction_figure(self) -> str:
+        """The figure of :data:`~jitflops.estimates.error_bands.FIGURES` whose measured error :attr:`predicted_s` carries."""
+        return "compiled forward" if self.prediction_mode == "compiled" else "forward"
 
     @property
     def predicted_where_timed(self) -> bool:

@@ -124,6 +124,7 @@ def profile_model(
             fallback_reason=flops.fallback_reason,
             collectives=tuple(communication.by_collective().values()) if communication else (),
             prediction_device=spec,
+            prediction_mode=mode,
             measured_on=measured_on,
         )
         return ModelProfile(root, summary, profile_convention(elementwise), rows, timing.spans if timing else (), None, flops, activations)

@@ -90,7 +90,7 @@ def _roofline_lines(summary: ProfileSummary) -> list[str]:
     spec = summary.prediction_device
     if spec is not None and summary.predicted_s is not None:
         lines.append(_line(f"predicted fwd latency on {spec.name} ({summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte)", _seconds(summary.predicted_s)))
-        lines.append(_line("  its error", error_note(spec, "forward")))
+        lines.append(_line("  its error", error_note(spec, summary.prediction_figure)))
         if summary.predicted_to_measured is not None:
             lines.append(_line("predicted / measured fwd latency (without the timing hooks)", f"{summary.predicted_to_measured:.3g}"))
         elif summary.measured_on is not None:
