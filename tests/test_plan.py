@@ -13,6 +13,7 @@ from torch import nn
 from jitflops import FlopCountAnalysis, memory_footprint
 from jitflops.cli import main
 from jitflops.engine.counting import module_aliases
+from jitflops.estimates.devices import device_spec
 from jitflops.estimates.roofline import predicted_statistics
 from jitflops.handles import COMMUNICATION_FORMULAS
 from jitflops.handles.collectives import Collective
@@ -341,3 +342,87 @@ def test_the_command_line_plans_serving_at_each_tensor_parallelism(capsys, tmp_p
     plans = json.loads(capsys.readouterr().out)["serving"]
     assert [plan["tp"] for plan in plans] == [1, 2] and all(plan["decode_s"] > 0 and plan["max_batch"] > 0 for plan in plans)
     assert plans[1]["kv_cache_per_token_bytes"] * 2 == plans[0]["kv_cache_per_token_bytes"]
+
+
+def test_a_gpus_plan_runs_grouped_query_attention_by_one_fused_kernel_each_way():
+    """FlashAttention takes grouped queries, so a plan on a GPU records one fused attention backward
+    (its FLOPs 2.5 times the forward's, as torch.utils.flop_counter counts them); a CPU's recording
+    keeps the math path, which torch takes there (its flash kernel takes equal heads alone). Before,
+    a GPU's plan priced the math path's backward too: 40 times the forward at 4,096 tokens."""
+    from torch.utils.flop_counter import sdpa_backward_flop, sdpa_flop
+
+    recordings = ModelRecordings(_small_llama())
+
+    def backward_kinds(gpu: bool) -> set[str]:
+        recording, _, _ = recordings.recording(1, 1, 512, gpu=gpu)
+        return {record.kind for scope, record in recording.records if record.phase != "forward" and scope.endswith("self_attn")}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu_backward" in backward_kinds(True) and "aten::bmm" not in backward_kinds(True)
+    assert "aten::bmm" in backward_kinds(False)
+    block = recordings.costs(1, 1, 4096, device_spec("h100")).blocks[0]
+    shape = (1, 8, 4096, 32)
+    ratio = sdpa_backward_flop(shape, shape, shape, shape, shape) / sdpa_flop(shape, shape, shape)
+    assert ratio == 2.5 and block.attention_backward_s / block.attention_forward_s == pytest.approx(ratio, rel=0.2)
+
+
+def test_context_parallelism_splits_each_sequence_and_passes_the_keys_and_values_round_the_ring(capsys, tmp_path):
+    """Each of cp ranks holds 1/cp of every sequence and runs its queries over every key (Megatron's
+    ring): every GPU computes as much as with a sequence each, keeps half the activations, and each
+    layer's keys and values (the hand count of the config's) go round the ring each way."""
+    config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=8, vocab_size=2048)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    planner = Planner(model, 16384, 4, "h100", "dgx-h100")
+    whole, split = planner.plan(Layout(dp=4)), planner.plan(Layout(dp=2, cp=2))
+    assert split.breakdown.compute_s == pytest.approx(whole.breakdown.compute_s, rel=0.1)  # +2.9%: kernels of half the rows
+    assert split.model_flops_per_step == whole.model_flops_per_step
+    key_values = 2 * 16384 * 8 * 128 * 2  # keys and values of 16,384 tokens, 8 heads of 128, bf16
+    calls = 2 * 2  # 2 layers, 2 micro-batches per replica
+    assert {(each.name, each.group_size, each.calls, each.bytes) for each in split.collectives if each.group == "context parallel"} == {
+        ("all_gather", 2, 2 * calls, 2 * calls * key_values), ("reduce_scatter", 2, calls, calls * key_values)}
+    # a rank keeps what a plan of half-length sequences keeps, its optimizer's state over as many ranks (ZeRO over data and context ranks)
+    assert split.memory_per_gpu_bytes == Planner(model, 8192, 4, "h100", "dgx-h100").plan(Layout(dp=4)).memory_per_gpu_bytes < whole.memory_per_gpu_bytes
+    with pytest.raises(LayoutError, match="cp 3 does not divide the sequence of 16384 tokens"):
+        planner.plan(Layout(dp=1, cp=3))
+    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4, vocab_size=2048)
+    config._attn_implementation = "eager"
+    with torch.device("meta"):
+        eager = transformers.LlamaForCausalLM(config)
+    with pytest.raises(LayoutError, match="LlamaForCausalLM's blocks call no scaled_dot_product_attention"):
+        Planner(eager, 1024, 2, "h100", "dgx-h100").plan(Layout(dp=1, cp=2))
+    (tmp_path / "config.json").write_text(model.config.to_json_string())
+    assert main(["plan", str(tmp_path / "config.json"), "--gpus", "4", "--batch", "4", "--sequence", "16384", "--cp", "2", "--format", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["layout"]["cp"] == 2 and planned["layout"]["dp"] == 2 and planned["breakdown"]["context_parallel_s"] == 0.0  # behind attention on NVLink
+
+
+def _small_mixtral() -> nn.Module:
+    config = transformers.AutoConfig.for_model("mixtral", hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                                               num_key_value_heads=4, vocab_size=2048, num_local_experts=8, num_experts_per_tok=2)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+
+
+def test_expert_parallelism_splits_the_experts_and_sends_the_routed_rows_by_all_to_all():
+    """ep ranks each hold 1/ep of every layer's experts (those the model's own base_model_ep_plan
+    dispatches to); each micro-batch sends every token's row to its top-2 experts and back, as
+    transformers' AllToAllEP does, forward and backward; the experts' gradients are reduced over the
+    dp / ep ranks that hold the same experts. Every figure is the config's hand count."""
+    model = _small_mixtral()
+    planner = Planner(model, 512, 8, "h100", "dgx-h100")
+    replicated, split = planner.plan(Layout(dp=4)), planner.plan(Layout(dp=4, ep=2))
+    experts = 2 * 8 * 3 * 256 * 512 * 2  # 2 layers of 8 experts: gate, up and down, 256 by 512, bf16
+    # half the experts and their gradients leave each rank; ZeRO-1 shards their state 4 ways either way (ep 2 x dp/ep 2)
+    assert replicated.memory_per_gpu_bytes - split.memory_per_gpu_bytes == pytest.approx(experts, abs=8)
+    rows = 512 * 2 * 256 * 2  # 512 tokens to 2 experts each, 256 wide, bf16
+    calls = 4 * 2 * 2  # 4 all-to-alls per layer, 2 layers, 2 micro-batches per replica
+    assert {(each.name, each.group_size, each.calls, each.bytes) for each in split.collectives if each.group == "expert parallel"} == {
+        ("all_to_all", 2, calls, calls * rows)}
+    dense = 2 * sum(parameter.numel() for name, parameter in model.named_parameters() if ".experts." not in name)
+    assert {(each.group_size, each.bytes) for each in split.collectives if each.name == "reduce_scatter"} == {(4, dense), (2, experts // 2)}
+    assert split.breakdown.expert_parallel_s > 0 == replicated.breakdown.expert_parallel_s
+    with pytest.raises(LayoutError, match="ep 3 does not divide the 8 experts"):
+        Planner(model, 512, 12, "h100", "dgx-h100").plan(Layout(dp=3, ep=3))
+    with pytest.raises(LayoutError, match="not FSDP2"):
+        planner.plan(Layout(dp=4, ep=2, zero=3))
+    with pytest.raises(LayoutError, match="LlamaForCausalLM has no experts"):
+        Planner(_small_llama(), 512, 8, "h100", "dgx-h100").plan(Layout(dp=4, ep=2))

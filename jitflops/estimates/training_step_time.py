@@ -72,7 +72,8 @@ def predict_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mappin
     with fake_mode, meta_kernels(DEVICE_META_KERNELS):
         twin.train()
         aliases = module_aliases(twin)
-        step = record_with_dispatch(twin, fake_call, aliases, backward or loss_backward, fake_inputs=True, guarded=False, whole=WHOLE_CALLS)
+        step = record_with_dispatch(twin, fake_call, aliases, backward or loss_backward, fake_inputs=True, guarded=False, whole=WHOLE_CALLS,
+                                    whole_as_on_a_gpu=not is_cpu_spec(spec))
         parameters = [parameter for parameter in twin.parameters() if parameter.requires_grad]
         for parameter in parameters:
             parameter.grad = torch.zeros_like(parameter)

@@ -209,8 +209,21 @@ def _attention_by_its_fused_kernel(query: torch.Tensor, key: torch.Tensor, value
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
 
 
+def _attention_by_a_gpus_fused_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                                      dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None, enable_gqa: bool = False) -> torch.Tensor:
+    """``scaled_dot_product_attention`` as a GPU runs it: grouped queries too by one fused kernel
+    each way (FlashAttention's and cuDNN's take them), as the CPU's flash kernel runs them once the
+    keys' and values' heads are repeated (a step the whole call's record leaves out)."""
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        groups = query.shape[-3] // key.shape[-3]
+        key, value = key.repeat_interleave(groups, dim=-3), value.repeat_interleave(groups, dim=-3)
+    return _attention_by_its_fused_kernel(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
 AS_ITS_FUSED_KERNEL: dict[str, Callable[..., Any]] = {"aten::scaled_dot_product_attention": _attention_by_its_fused_kernel}
 """What a whole call runs on meta or fake tensors instead of its math decomposition (``whole``)."""
+AS_A_GPUS_FUSED_KERNEL: dict[str, Callable[..., Any]] = {"aten::scaled_dot_product_attention": _attention_by_a_gpus_fused_kernel}
+"""The same, where a GPU's kernels fuse more than a CPU's (``whole_as_on_a_gpu``)."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -396,10 +409,11 @@ class _FunctionLevelRecorder(TorchFunctionMode):
     called, and mutes what they decompose into; counts Python's torch calls (the ops after the first
     of one call are marked ``nested``: a time's host charges one call)."""
 
-    def __init__(self, ops: _OpRecorder, whole: Mapping[Callable[..., Any], str]) -> None:
+    def __init__(self, ops: _OpRecorder, whole: Mapping[Callable[..., Any], str], fused: Mapping[str, Callable[..., Any]]) -> None:
         super().__init__()
         self.ops = ops
         self.function_level = {**FUNCTION_LEVEL_OPS, **whole}
+        self.fused = fused
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
@@ -408,8 +422,8 @@ class _FunctionLevelRecorder(TorchFunctionMode):
         if kind is None or self.ops.inside_function_level_op:
             return func(*args, **kwargs)
         run = func
-        if kind in AS_ITS_FUSED_KERNEL and func not in FUNCTION_LEVEL_OPS and any(isinstance(value, torch.Tensor) and (value.is_meta or isinstance(value, FakeTensor)) for value in args[:1]):
-            run = AS_ITS_FUSED_KERNEL[kind]
+        if kind in self.fused and func not in FUNCTION_LEVEL_OPS and any(isinstance(value, torch.Tensor) and (value.is_meta or isinstance(value, FakeTensor)) for value in args[:1]):
+            run = self.fused[kind]
         self.ops.inside_function_level_op += 1
         try:
             output = run(*args, **kwargs)
@@ -505,11 +519,14 @@ def record_with_dispatch(
     fake_inputs: bool = False,
     guarded: bool = True,
     whole: Sequence[str] = (),
+    whole_as_on_a_gpu: bool = False,
 ) -> DispatchTrace:
     """Run ``model`` on ``call`` eagerly under a dispatch mode (and ``backward`` on its output).
     ``fake_inputs``: the call's tensors are fake (sizes in symbols, :mod:`jitflops.engine.symbolic_counts`),
     so the model's ops run on fake tensors and are recorded. On meta or fake tensors, ops run the
     meta kernels that accept what the devices' kernels run (:data:`~jitflops.frontends.meta_values.DEVICE_META_KERNELS`).
+    ``whole``: calls recorded as one op, run there by their fused kernel (:data:`AS_ITS_FUSED_KERNEL`;
+    ``whole_as_on_a_gpu``: by a GPU's, :data:`AS_A_GPUS_FUSED_KERNEL`), their backward too.
 
     The model comes back unchanged, gradients included: the backward runs on fresh ``.grad``
     fields, and every parameter's and input's ``.grad`` is put back afterwards. ``guarded=False``:
@@ -540,7 +557,8 @@ def record_with_dispatch(
             torch.set_grad_enabled(backward is not None),
             tracker,
             _OpRecorder(tracker, module_names, snapshot.save_before_write, fake_inputs) as recorder,
-            _FunctionLevelRecorder(recorder, {function: kind for kind in whole for function in _python_entry_points(kind)}),
+            _FunctionLevelRecorder(recorder, {function: kind for kind in whole for function in _python_entry_points(kind)},
+                                   AS_A_GPUS_FUSED_KERNEL if whole_as_on_a_gpu else AS_ITS_FUSED_KERNEL),
         ):
             output = call.run(model)
             if backward is not None:

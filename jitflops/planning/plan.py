@@ -30,8 +30,8 @@ hardware FLOPs add what recomputation runs again. MFU and HFU are over the devic
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -52,6 +52,8 @@ class StepBreakdown:
 
     compute_s: float
     tensor_parallel_s: float
+    context_parallel_s: float
+    expert_parallel_s: float
     pipeline_send_s: float
     bubble_s: float
     data_parallel_s: float
@@ -59,7 +61,10 @@ class StepBreakdown:
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.tensor_parallel_s + self.pipeline_send_s + self.bubble_s + self.data_parallel_s + self.optimizer_s
+        return sum(getattr(self, field.name) for field in fields(self))
+
+    def scaled(self, times: int) -> "StepBreakdown":
+        return StepBreakdown(*(times * getattr(self, field.name) for field in fields(self)))
 
 
 @dataclass(frozen=True)
@@ -142,9 +147,7 @@ class TrainingPlan:
             "layout": self.layout.__dict__, "device": self.device, "interconnect": self.interconnect, "gpus": self.gpus, "sequence": self.sequence,
             "global_batch": self.global_batch, "step_s": self.step_s, "mfu": self.mfu, "hfu": self.hfu, "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu, "tokens_per_s": self.tokens_per_s, "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
-            "fits": self.fits, "breakdown": {"compute_s": breakdown.compute_s, "tensor_parallel_s": breakdown.tensor_parallel_s,
-                                             "pipeline_send_s": breakdown.pipeline_send_s, "bubble_s": breakdown.bubble_s,
-                                             "data_parallel_s": breakdown.data_parallel_s, "optimizer_s": breakdown.optimizer_s},
+            "fits": self.fits, "breakdown": {each.name: getattr(breakdown, each.name) for each in fields(breakdown)},
             "tokens": self.tokens, "hours": self.hours, "gpu_hours": self.gpu_hours, "notes": list(self.notes), "error": self.error,
             "collectives": [each.__dict__ for each in self.collectives],
         }
@@ -161,8 +164,8 @@ def _split(layers: int, chunks: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def _comm_seconds(collectives: tuple[tuple[str, Collective], ...], phase: str, link: Interconnect, placement: Placement) -> float:
-    return sum(collective_seconds(collective, link, placement) for each_phase, collective in collectives if (each_phase == "forward") == (phase == "forward"))
+def _comm_seconds(collectives: Sequence[tuple[str, Collective]], phase: str, link: Interconnect, placement: Placement) -> float:
+    return sum((collective_seconds(collective, link, placement) for each_phase, collective in collectives if (each_phase == "forward") == (phase == "forward")), 0.0)
 
 
 def _boundary_bytes(model: nn.Module, micro_batch: int, sequence: int, layout: Layout) -> int:
@@ -188,6 +191,35 @@ def _units(costs: ModelCosts, ranges: list[tuple[int, int]], layout: Layout, ran
     if share and costs.outside.parameter_bytes:
         units.append((costs.outside.parameter_bytes * share, costs.outside.gradient_bytes * share, True))
     return units
+
+
+def _sharded(layout: Layout, total: float, experts: float, by_zero: bool) -> float:
+    """One rank's share of ``total`` bytes of which ``experts`` are experts': each rank holds 1/ep of
+    the experts, and ZeRO (where ``by_zero``) shards the rest over the data- and context-parallel
+    ranks, the experts over the ``dp / ep`` ranks that hold the same ones."""
+    dense = (total - experts) / (layout.dp * layout.cp if by_zero else 1)
+    return dense + experts / layout.ep / (layout.dp // layout.ep if by_zero else 1)
+
+
+def _context_collectives(part: PartCosts, cp: int) -> list[tuple[str, Collective]]:
+    """A micro-batch's context-parallel collectives, each with its phase: each attention call's keys
+    and values go round the ring of ``cp`` ranks (an all-gather of every rank's share), and in the
+    backward again, with their gradients going back (a reduce-scatter), as Megatron's ring runs them."""
+    if cp == 1 or not part.attention_calls:
+        return []
+    each = cp * part.key_value_bytes // part.attention_calls
+    return [("forward", Collective("all_gather", cp, each)), ("backward", Collective("all_gather", cp, each)),
+            ("backward", Collective("reduce_scatter", cp, each))] * part.attention_calls
+
+
+def _expert_collectives(part: PartCosts, ep: int) -> list[tuple[str, Collective]]:
+    """A micro-batch's expert-parallel collectives: each mixture-of-experts layer sends its routed rows
+    to their experts' ranks and takes their outputs back (two all-to-alls of the rows' bytes), and the
+    backward sends their gradients the same two ways."""
+    if ep == 1 or not part.expert_calls:
+        return []
+    each = part.dispatched_bytes // part.expert_calls
+    return [(phase, Collective("all_to_all", ep, each)) for phase in ("forward", "forward", "backward", "backward")] * part.expert_calls
 
 
 def _step_collectives(groups: dict[str, list[tuple[Collective, int]]]) -> tuple[StepCollectives, ...]:
@@ -235,11 +267,13 @@ class Planner:
 
     def plan(self, layout: Layout, tokens: Optional[float] = None, tp_overlap: bool = True) -> TrainingPlan:
         """The plan of ``layout``: it must use every GPU of its product and divide the model's layers."""
-        if layout.cp > 1 or layout.ep > 1:
-            raise LayoutError("context and expert parallelism are not planned yet: give cp=1 and ep=1")
         micro_batches = layout.micro_batches(self.global_batch)
         check_heads_divide(self.model, layout.tp)
-        costs = self.recordings.costs(layout.tp, layout.micro_batch, self.sequence, self.spec, sequence_parallel=layout.sequence_parallel)
+        if self.sequence % layout.cp:
+            raise LayoutError(f"cp {layout.cp} does not divide the sequence of {self.sequence} tokens")
+        sequence = self.sequence // layout.cp  # each context-parallel rank's share of every sequence
+        costs = self.recordings.costs(layout.tp, layout.micro_batch, sequence, self.spec, sequence_parallel=layout.sequence_parallel)
+        self._check_splits(layout, costs)
         chunks = layout.pp * layout.virtual_stages
         if costs.layers % chunks:
             raise LayoutError(f"{costs.layers} layers do not divide into {layout.pp} stages x {layout.virtual_stages} chunks")
@@ -248,49 +282,84 @@ class Planner:
         for chunk in range(1, layout.virtual_stages):  # an interleaved rank holds a chunk of each round
             per_rank = [per_rank[rank] + costs.stage(*ranges[chunk * layout.pp + rank], chunks, chunk * layout.pp + rank) for rank in range(layout.pp)]
         gpn = self.link.gpus_per_node
-        tp_group = Placement(layout.tp, 1, gpn)
-        dp_group = Placement(layout.dp, layout.tp * layout.cp, gpn)
+        # Megatron's order of ranks, from the innermost: tensor, context, expert (inside data), data, pipeline
+        tp_group, cp_group = Placement(layout.tp, 1, gpn), Placement(layout.cp, layout.tp, gpn)
+        ep_group = Placement(layout.ep, layout.tp * layout.cp, gpn)
         pp_pair = Placement(2, layout.tp * layout.cp * layout.dp, gpn)
-        send = Collective("send", 2, _boundary_bytes(self.model, layout.micro_batch, self.sequence, layout))  # a micro-batch's activations, and their gradient back
+        send = Collective("send", 2, _boundary_bytes(self.model, layout.micro_batch, sequence, layout))  # a micro-batch's activations, and their gradient back
+        recomputed = 1 + (layout.recompute == "full")  # how many times a micro-batch's forward runs
 
-        def micro_batch_seconds(part: PartCosts) -> tuple[float, float, float]:
-            """(compute, exposed tensor-parallel collectives, its sends) of one micro-batch on a rank."""
+        def micro_batch_seconds(part: PartCosts) -> StepBreakdown:
+            """One micro-batch on a rank: its compute, and what its collectives expose (no bubble, no step's parts)."""
             forward_tp, backward_tp = (_comm_seconds(part.collectives, phase, self.link, tp_group) for phase in ("forward", "backward"))
-            compute = part.forward_s + part.backward_s
-            tp = forward_tp + backward_tp
-            if layout.recompute == "full":
-                compute, tp = compute + part.forward_s, tp + forward_tp
-            exposed = max(0.0, tp - compute) if tp_overlap and self._overlaps else tp
-            sends = 2 * collective_seconds(send, self.link, pp_pair)
-            return compute, exposed, sends * layout.virtual_stages if layout.pp > 1 else 0.0
+            # a context-parallel rank's queries meet every rank's keys: its attention runs cp times the recorded share
+            attention_forward, attention_backward = layout.cp * part.attention_forward_s, layout.cp * part.attention_backward_s
+            forward = part.forward_s + attention_forward - part.attention_forward_s
+            compute = recomputed * forward + part.backward_s + attention_backward - part.attention_backward_s
+            tp = (recomputed - 1) * forward_tp + forward_tp + backward_tp
+            context = [_comm_seconds(_context_collectives(part, layout.cp), phase, self.link, cp_group) for phase in ("forward", "backward")]
+            experts = [_comm_seconds(_expert_collectives(part, layout.ep), phase, self.link, ep_group) for phase in ("forward", "backward")]
+            if self._overlaps:  # the ring's steps pass the keys and values on while attention runs on those at hand
+                context = [max(0.0, context[0] - attention_forward), max(0.0, context[1] - attention_backward)]
+            exposed_tp = max(0.0, tp - compute) if tp_overlap and self._overlaps else tp
+            sends = 2 * collective_seconds(send, self.link, pp_pair) * layout.virtual_stages if layout.pp > 1 else 0.0
+            return StepBreakdown(compute, exposed_tp, recomputed * context[0] + context[1], recomputed * experts[0] + experts[1], sends, 0.0, 0.0, 0.0)
 
         times = [micro_batch_seconds(part) for part in per_rank]
-        slowest = max(range(layout.pp), key=lambda rank: sum(times[rank]))
-        compute, tp_exposed, sends = times[slowest]
-        per_micro_batch = compute + tp_exposed + sends
-        bubble = (layout.pp - 1) / layout.virtual_stages * per_micro_batch
+        slowest = max(range(layout.pp), key=lambda rank: times[rank].total_s)
+        step = times[slowest]
+        bubble = (layout.pp - 1) / layout.virtual_stages * step.total_s
         part = per_rank[slowest]
         blocks_per_rank = [sum(end - start for start, end in ranges[rank::layout.pp]) for rank in range(layout.pp)]
-        data_parallel, dp_calls = self._data_parallel(layout, part, _units(costs, ranges, layout, slowest), micro_batches, dp_group)
-        parameters = part.parameter_bytes / max(self._element_size(), 1)
-        optimizer = self.optimizer_seconds_per_parameter() * parameters / (layout.dp if layout.zero >= 1 else 1)
-        breakdown = StepBreakdown(micro_batches * compute, micro_batches * tp_exposed, micro_batches * sends, bubble, data_parallel, optimizer)
-        tp_calls = [(collective, micro_batches * (1 + (layout.recompute == "full" and phase == "forward"))) for phase, collective in part.collectives]
+        data_parallel, dp_calls = self._data_parallel(layout, part, _units(costs, ranges, layout, slowest), micro_batches)
+        parameters = _sharded(layout, part.parameter_bytes, part.expert_parameter_bytes, layout.zero >= 1) / max(self._element_size(), 1)
+        optimizer = self.optimizer_seconds_per_parameter() * parameters
+        breakdown = replace(step.scaled(micro_batches), bubble_s=bubble, data_parallel_s=data_parallel, optimizer_s=optimizer)
+
+        def per_step(collectives: list[tuple[str, Collective]]) -> list[tuple[Collective, int]]:
+            return [(collective, micro_batches * (recomputed if phase == "forward" else 1)) for phase, collective in collectives]
         pp_calls = [(send, 2 * micro_batches * layout.virtual_stages)] if layout.pp > 1 else []
         largest_block = max(block.activation_bytes for block in costs.blocks)
-        transient = self.recordings.transient(layout.tp, layout.micro_batch, self.sequence, fsdp=layout.zero == 3 and layout.dp > 1)
-        memory = transient + max(self._memory(layout, rank_part, rank, micro_batches, blocks_per_rank[rank], largest_block) for rank, rank_part in enumerate(per_rank))
+        transient = self.recordings.transient(layout.tp, layout.micro_batch, sequence, fsdp=layout.zero == 3 and layout.dp * layout.cp > 1)
+        memory = transient + max(self._memory(layout, rank_part, rank, micro_batches, blocks_per_rank[rank], largest_block, sequence)
+                                 for rank, rank_part in enumerate(per_rank))
         model_flops = 3 * self.forward_flops_per_sequence * self.global_batch
-        recomputed = self.forward_flops_per_sequence * self.global_batch if layout.recompute == "full" else 0.0
+        recomputed_flops = self.forward_flops_per_sequence * self.global_batch if layout.recompute == "full" else 0.0
+        return TrainingPlan(layout, self.spec.name, self.link.name, layout.gpus, self.sequence, self.global_batch, breakdown, memory,
+                            self.spec.memory_bytes, model_flops, model_flops + recomputed_flops, self.spec.peak_for(self._dtype()),
+                            error_note(self.spec, "planned throughput"), tokens, tuple(self._notes(layout, tp_overlap)),
+                            _step_collectives({"tensor parallel": per_step(list(part.collectives)), "context parallel": per_step(_context_collectives(part, layout.cp)),
+                                               "expert parallel": per_step(_expert_collectives(part, layout.ep)), "data parallel": dp_calls, "pipeline": pp_calls}))
+
+    def _check_splits(self, layout: Layout, costs: ModelCosts) -> None:
+        """Refuses context or expert parallelism where the model has nothing for it to split."""
+        name = type(self.model).__name__
+        if layout.cp > 1 and not any(block.attention_calls for block in costs.blocks):
+            raise LayoutError(f"context parallelism splits attention's keys and values, and {name}'s blocks call no scaled_dot_product_attention")
+        if layout.ep > 1:
+            if not any(block.expert_calls for block in costs.blocks):
+                raise LayoutError(f"expert parallelism splits a mixture of experts, and {name} has no experts its expert-parallel plan names (config.base_model_ep_plan)")
+            experts = expert_count(self.model)
+            if experts is not None and experts % layout.ep:
+                raise LayoutError(f"ep {layout.ep} does not divide the {experts} experts of each layer")
+            if layout.zero == 3:
+                raise LayoutError("expert parallelism is planned with DDP or a distributed optimizer (zero 0, 1 or 2), not FSDP2")
+
+    def _notes(self, layout: Layout, tp_overlap: bool) -> list[str]:
         notes = ["tensor-parallel collectives overlapped with the layer's compute (only what outlasts it is exposed)"] if tp_overlap and self._overlaps else []
         if not self._overlaps:
             notes.append("a CPU: collectives run on the cores that compute (gloo's threads), so none is overlapped")
         if layout.sequence_parallel:
             notes.append("sequence parallelism: each block keeps 1/tp of the unsharded block's activations, and its norms and residuals run on 1/tp of the sequence")
-        return TrainingPlan(layout, self.spec.name, self.link.name, layout.gpus, self.sequence, self.global_batch, breakdown, memory,
-                            self.spec.memory_bytes, model_flops, model_flops + recomputed, self.spec.peak_for(self._dtype()),
-                            error_note(self.spec, "planned throughput"), tokens, tuple(notes),
-                            _step_collectives({"tensor parallel": tp_calls, "data parallel": dp_calls, "pipeline": pp_calls}))
+        if layout.cp > 1:
+            notes.append(f"context parallelism: each rank holds 1/{layout.cp} of every sequence and its queries meet every key (attention load-balanced "
+                         "over the ranks, as Megatron splits a causal mask); the keys and values go round the ring (an all-gather forward, an "
+                         "all-gather and a reduce-scatter of their gradients backward)" + (", behind attention's compute" if self._overlaps else ""))
+        if layout.ep > 1:
+            notes.append(f"expert parallelism: each rank holds 1/{layout.ep} of every layer's experts; the routed rows go to their experts and back "
+                         "(two all-to-alls forward, two backward, not overlapped), the routing taken as balanced; the experts' gradients are "
+                         f"reduced over the dp/ep = {layout.dp // layout.ep} ranks that hold the same experts")
+        return notes
 
     def _dtype(self) -> torch.dtype:
         return next((parameter.dtype for parameter in self.model.parameters() if parameter.is_floating_point()), torch.float32)
@@ -298,47 +367,57 @@ class Planner:
     def _element_size(self) -> int:
         return self._dtype().itemsize
 
-    def _data_parallel(self, layout: Layout, part: PartCosts, units: list[tuple[float, float, bool]], micro_batches: int,
-                       group: Placement) -> tuple[float, list[tuple[Collective, int]]]:
+    def _data_parallel(self, layout: Layout, part: PartCosts, units: list[tuple[float, float, bool]], micro_batches: int) -> tuple[float, list[tuple[Collective, int]]]:
         """The data-parallel collectives' exposed time (what outlasts the compute it overlaps), and
-        each collective with its calls per step. DDP all-reduces the gradients and ZeRO-1/2 reduce-
-        scatters them (with the last micro-batch's backward) and all-gathers the updated parameters
-        (with the next step's first forward). FSDP2 (ZeRO-3) runs each of its ``units`` alone in every
-        micro-batch: it gathers each unit's parameters for the forward and, but the root's (which it
-        keeps after the forward), again for the backward, and reduce-scatters each unit's gradients:
-        every call pays the ring's latency."""
-        if layout.dp == 1:
-            return 0.0, []
-        dp = layout.dp
+        each collective with its calls per step. The dense parameters' replicas are the data- and
+        context-parallel ranks, the experts' the ``dp / ep`` ranks that hold the same experts. DDP
+        all-reduces the gradients and ZeRO-1/2 reduce-scatter them (with the last micro-batch's
+        backward) and all-gather the updated parameters (with the next step's first forward). FSDP2
+        (ZeRO-3) runs each of its ``units`` alone in every micro-batch: it gathers each unit's
+        parameters for the forward and, but the root's (which it keeps after the forward), again for
+        the backward, and reduce-scatters each unit's gradients: every call pays the ring's latency."""
+        gpn = self.link.gpus_per_node
+        replicas, expert_replicas = layout.dp * layout.cp, layout.dp // layout.ep
+        dense = Placement(replicas, layout.tp, gpn)  # data-parallel ranks are tp x cp apart, context-parallel ones tp: together every tp-th
+        expert = Placement(expert_replicas, layout.tp * layout.cp * layout.ep, gpn)
+        shares = [(dense, part.parameter_bytes - part.expert_parameter_bytes, part.gradient_bytes - part.expert_gradient_bytes),
+                  (expert, part.expert_parameter_bytes / layout.ep, part.expert_gradient_bytes / layout.ep)]
+        shares = [(group, parameters, gradients) for group, parameters, gradients in shares if group.size > 1 and gradients]
         if layout.zero == 3:
-            forward = [Collective("all_gather", dp, int(parameters)) for parameters, _, _ in units]
-            backward = ([Collective("all_gather", dp, int(parameters)) for parameters, _, root in units if not root]
-                        + [Collective("reduce_scatter", dp, int(gradients)) for _, gradients, _ in units])
+            forward = [(Collective("all_gather", replicas, int(parameters)), dense) for parameters, _, _ in units] if replicas > 1 else []
+            backward = ([(Collective("all_gather", replicas, int(parameters)), dense) for parameters, _, root in units if not root]
+                        + [(Collective("reduce_scatter", replicas, int(gradients)), dense) for _, gradients, _ in units]) if replicas > 1 else []
             per_step = micro_batches
         elif layout.zero == 0:
-            forward, backward, per_step = [], [Collective("all_reduce", dp, part.gradient_bytes)], 1
+            forward, backward, per_step = [], [(Collective("all_reduce", group.size, int(gradients)), group) for group, _, gradients in shares], 1
         else:
-            forward, backward, per_step = [Collective("all_gather", dp, part.parameter_bytes)], [Collective("reduce_scatter", dp, part.gradient_bytes)], 1
+            forward = [(Collective("all_gather", group.size, int(parameters)), group) for group, parameters, _ in shares]
+            backward, per_step = [(Collective("reduce_scatter", group.size, int(gradients)), group) for group, _, gradients in shares], 1
 
-        def exposed(calls: list[Collective], compute: float) -> float:
-            return max(0.0, sum(collective_seconds(collective, self.link, group) for collective in calls) - (compute if self._overlaps else 0.0))
-        return per_step * (exposed(forward, part.forward_s) + exposed(backward, part.backward_s)), [(collective, per_step) for collective in forward + backward]
+        def exposed(calls: list[tuple[Collective, Placement]], compute: float) -> float:
+            return max(0.0, sum(collective_seconds(collective, self.link, group) for collective, group in calls) - (compute if self._overlaps else 0.0))
+        return per_step * (exposed(forward, part.forward_s) + exposed(backward, part.backward_s)), [(collective, per_step) for collective, _ in forward + backward]
 
-    def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, blocks: int, largest_block: int) -> int:
+    def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, blocks: int, largest_block: int, sequence: int) -> int:
         """A stage's rank's peak, less the step's transient (:meth:`ModelRecordings.transient`, added
         to every stage: the first one's is overstated by the head's logits): its weights, gradients
-        and optimizer state (their ZeRO shares), and
+        and optimizer state (their ZeRO shares, the experts' 1/ep of them), and
         the activations of the micro-batches 1F1B keeps in flight on it (``p - rank``; interleaved: a
         chunk's worth more per round). With full recomputation a micro-batch keeps each block's input
         alone, and the block being recomputed its own activations."""
-        dp = layout.dp
-        weights = part.parameter_bytes / (dp if layout.zero == 3 else 1)
-        gradients = part.gradient_bytes / (dp if layout.zero >= 2 else 1)
-        state = part.state_bytes / (dp if layout.zero >= 1 else 1)
+        weights = _sharded(layout, part.parameter_bytes, part.expert_parameter_bytes, layout.zero == 3)
+        gradients = _sharded(layout, part.gradient_bytes, part.expert_gradient_bytes, layout.zero >= 2)
+        state = _sharded(layout, part.state_bytes, part.expert_state_bytes, layout.zero >= 1)
         in_flight = min(micro_batches, layout.pp - rank + (layout.pp - 1) * (layout.virtual_stages - 1) // layout.virtual_stages)
         if layout.recompute == "full":
-            return int(weights + gradients + state + in_flight * blocks * _boundary_bytes(self.model, layout.micro_batch, self.sequence, layout) + largest_block)
+            return int(weights + gradients + state + in_flight * blocks * _boundary_bytes(self.model, layout.micro_batch, sequence, layout) + largest_block)
         return int(weights + gradients + state + in_flight * part.activation_bytes)
+
+
+def expert_count(model: nn.Module) -> Optional[int]:
+    """The experts of each mixture-of-experts layer, where the model's config says."""
+    config = getattr(model, "config", None)
+    return next((value for name in ("num_local_experts", "num_experts", "n_routed_experts") if isinstance(value := getattr(config, name, None), int)), None)
 
 
 def key_value_heads(model: nn.Module) -> Optional[int]:
@@ -369,7 +448,7 @@ def plan_training(model: nn.Module, sequence: int, global_batch: int, device: Un
     layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel,
                     micro_batch=micro_batch, schedule=schedule, virtual_stages=virtual_stages, recompute=recompute)
     if layout.gpus != gpus:
-        raise LayoutError(f"tp {tp} x pp {pp} x dp {dp} is {layout.gpus} GPUs, not the {gpus} given")
+        raise LayoutError(f"tp {tp} x pp {pp} x dp {dp}" + (f" x cp {cp}" if cp > 1 else "") + f" is {layout.gpus} GPUs, not the {gpus} given")
     link = interconnect_name if interconnect_name is not None else spec.name
     return Planner(model, sequence, global_batch, spec, link, optimizer).plan(layout, tokens, tp_overlap)
 

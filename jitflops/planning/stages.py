@@ -25,10 +25,11 @@ import torch
 from torch import nn
 
 from ..core.model_io import ModelCall
-from ..core.records import FORWARD
+from ..core.records import FORWARD, TensorMeta
 from ..engine.counting import module_aliases
 from ..engine.flop_count import FlopCountAnalysis
-from ..estimates.devices import DeviceSpec
+from ..estimates.costs.attention import ATTENTION_KERNELS
+from ..estimates.devices import DeviceSpec, is_cpu_spec
 from ..estimates.fake_sharding import fake_process_group, sharding_units, shard_like_tensor_parallel
 from ..estimates.memory_estimate import MemoryEstimate
 from ..estimates.memory_footprint import memory_footprint
@@ -42,7 +43,10 @@ from ..handles.collectives import Collective
 @dataclass(frozen=True)
 class PartCosts:
     """One part of the model on one rank, per micro-batch: compute seconds per phase, the collectives
-    it ran (each with its phase), the bytes of its parameters and of what autograd saved for its backward."""
+    it ran (each with its phase), the bytes of its parameters and of what autograd saved for its
+    backward; what context and expert parallelism split of it: its attention (the seconds of the
+    ops whose work grows with the keys, and the keys and values its calls read) and its experts
+    (their parameters' share, and the rows the router sends them)."""
 
     forward_s: float
     backward_s: float
@@ -52,14 +56,28 @@ class PartCosts:
     state_bytes: int
     """The optimizer's state (AdamW's two moments, say), as the memory estimate's step made it."""
     activation_bytes: int
+    attention_forward_s: float = 0.0
+    attention_backward_s: float = 0.0
+    attention_calls: int = 0
+    key_value_bytes: int = 0
+    """The keys and values its attention calls read, in all (one rank's, at the sequence recorded)."""
+    expert_parameter_bytes: int = 0
+    expert_gradient_bytes: int = 0
+    expert_state_bytes: int = 0
+    expert_calls: int = 0
+    """Its mixture-of-experts layers' calls of their experts."""
+    dispatched_bytes: int = 0
+    """The rows the routers send the experts, in all: a row per token and expert chosen, of the hidden size."""
 
     def __add__(self, other: "PartCosts") -> "PartCosts":
         return PartCosts(*(getattr(self, field.name) + getattr(other, field.name) for field in dataclasses.fields(PartCosts)))
 
     def scaled(self, share: float) -> "PartCosts":
-        """``share`` of this part (the outside split between the first and the last stage); its collectives whole."""
-        return PartCosts(self.forward_s * share, self.backward_s * share, self.collectives, int(self.parameter_bytes * share), int(self.gradient_bytes * share),
-                         int(self.state_bytes * share), int(self.activation_bytes * share))
+        """``share`` of this part (the outside split between the first and the last stage); its collectives and calls whole."""
+        def part_of(name: str) -> Any:
+            value = getattr(self, name)
+            return value if name == "collectives" or name.endswith("_calls") else type(value)(value * share)
+        return PartCosts(*(part_of(field.name) for field in dataclasses.fields(PartCosts)))
 
 
 NOTHING = PartCosts(0.0, 0.0, (), 0, 0, 0, 0)
@@ -94,6 +112,13 @@ class ModelCosts:
         return (self.embedding_share if index == 0 else 0.0) + ((1 - self.embedding_share) if index == stages - 1 else 0.0)
 
 
+ATTENTION_OPS = frozenset({kernel.partition("::")[2] for kernel in ATTENTION_KERNELS}
+                          | {f"{kernel.partition('::')[2]}_backward" for kernel in ATTENTION_KERNELS[1:]}
+                          | {"bmm", "baddbmm", "_softmax", "_safe_softmax", "_softmax_backward_data"})
+"""The ops of attention whose work grows with the keys, read in the modules that call attention:
+the fused kernels forward and backward, and the math path's products and softmaxes."""
+
+
 def _signature(block: nn.Module) -> tuple[Any, ...]:
     """What makes two blocks cost the same: their class and their parameters' shapes."""
     return (type(block).__name__, tuple(tuple(parameter.shape) for parameter in block.parameters()))
@@ -121,7 +146,7 @@ class ModelRecordings:
         kinds: dict[tuple[Any, ...], int] = {}
         self.block_order = tuple(kinds.setdefault(_signature(block), len(kinds)) for block in blocks)
         self._firsts = [self.block_order.index(kind) for kind in range(len(kinds))]
-        self._recordings: dict[tuple[int, int, int], tuple[DispatchTrace, nn.Module, list[str]]] = {}
+        self._recordings: dict[tuple[int, int, int, bool], tuple[DispatchTrace, nn.Module, list[str]]] = {}
         self._memory: dict[tuple[int, int, int, bool], MemoryEstimate] = {}
         self._costs: dict[tuple[Any, ...], tuple[DeviceSpec, ModelCosts]] = {}
         self._cut: Optional[tuple[nn.Module, list[str]]] = None
@@ -153,17 +178,19 @@ class ModelRecordings:
         repeats = sum((self.block_order.count(kind) - 1) * per_module[name] for kind, name in enumerate(names))
         return 2.0 * (analysis.total() + repeats)
 
-    def recording(self, tp: int, micro_batch: int, sequence: int) -> tuple[DispatchTrace, nn.Module, list[str]]:
-        key = (tp, micro_batch, sequence)
+    def recording(self, tp: int, micro_batch: int, sequence: int, gpu: bool = False) -> tuple[DispatchTrace, nn.Module, list[str]]:
+        """One training micro-batch of the cut copy on one rank of ``tp``; ``gpu``: its attention by a
+        GPU's fused kernels, which take grouped queries where a CPU's take the math path."""
+        key = (tp, micro_batch, sequence, gpu)
         if key not in self._recordings:
             twin, call, names = self._cut_copy(micro_batch, sequence)
             twin.train()
             if tp == 1:
-                recording = record_with_dispatch(twin, call, module_aliases(twin), loss_backward, guarded=False, whole=WHOLE_CALLS)
+                recording = record_with_dispatch(twin, call, module_aliases(twin), loss_backward, guarded=False, whole=WHOLE_CALLS, whole_as_on_a_gpu=gpu)
             else:
                 with fake_process_group(tp) as mesh:
                     shard_like_tensor_parallel(twin, mesh)
-                    recording = record_with_dispatch(twin, call, module_aliases(twin), loss_backward, guarded=False, whole=WHOLE_CALLS)
+                    recording = record_with_dispatch(twin, call, module_aliases(twin), loss_backward, guarded=False, whole=WHOLE_CALLS, whole_as_on_a_gpu=gpu)
             self._recordings[key] = (recording, twin, names)
         return self._recordings[key]
 
@@ -196,20 +223,37 @@ class ModelRecordings:
         return self._costs[key][1]
 
     def _priced(self, tp: int, micro_batch: int, sequence: int, spec: DeviceSpec, mode: str, sequence_parallel: bool) -> ModelCosts:
-        recording, twin, names = self.recording(tp, micro_batch, sequence)
+        recording, twin, names = self.recording(tp, micro_batch, sequence, gpu=not is_cpu_spec(spec))
         statistics = predicted_statistics(recording, spec, mode, module_aliases(twin), ignored=COMMUNICATION_FORMULAS.kinds())  # priced by their links
         memory = self.memory(tp, micro_batch, sequence)
         collectives = [(scope, record.phase, collective_of(record)) for scope, record in recording.records if record.kind in COMMUNICATION_FORMULAS.kinds()]
 
         def within(scope: str, name: str) -> bool:
-            return f"/{name}/" in f"{scope}/"
+            return not name or f"/{name}/" in f"{scope}/"
+
+        def holds(name: str, module: str) -> bool:
+            return not name or module == name or module.startswith(f"{name}.")
+
+        experts = expert_modules(twin, names)
+        attention = [(scope, record) for scope, record in recording.records if record.phase == FORWARD and record.kind in ATTENTION_KERNELS]
+        dispatches = {name: _dispatched_bytes(recording, name) for name in experts}
 
         def part(name: str) -> PartCosts:
             seconds = statistics.counts[name]
             backward = sum(value for key, value in seconds.items() if _in_backward(key))
             inside = tuple((phase, collective) for scope, phase, collective in collectives if within(scope, name))
+            calls = [record for scope, record in attention if within(scope, name)]
+            quadratic = [(key, value) for module in {scope.rpartition("/")[2] for scope, _ in attention if within(scope, name)}
+                         for key, value in statistics.counts[module].items() if key.rpartition(".")[2] in ATTENTION_OPS]
+            attention_backward = sum(value for key, value in quadratic if _in_backward(key))
+            attention_forward = sum(value for key, value in quadratic) - attention_backward
+            key_values = sum(_tensor_bytes(record.input(1)) + _tensor_bytes(record.input(2)) for record in calls)
+            own_experts = [memory.modules[expert] for expert in experts if holds(name, expert)]
             module = memory.modules[name]
-            return PartCosts(sum(seconds.values()) - backward, backward, inside, module.parameters, module.gradients, module.optimizer_state, module.saved_activations)
+            return PartCosts(sum(seconds.values()) - backward, backward, inside, module.parameters, module.gradients, module.optimizer_state, module.saved_activations,
+                             attention_forward, attention_backward, len(calls), key_values, sum(each.parameters for each in own_experts),
+                             sum(each.gradients for each in own_experts), sum(each.optimizer_state for each in own_experts), len(own_experts),
+                             sum(dispatched for expert, dispatched in dispatches.items() if holds(name, expert)))
 
         blocks = [part(name) for name in names]
         root = part("")
@@ -223,6 +267,33 @@ class ModelRecordings:
         before = sum(sum(statistics.counts[name].values()) for name in _before(names[0].rpartition(".")[0], twin) if name in statistics.counts)
         share = min(1.0, before / max(outside.forward_s + outside.backward_s, 1e-12))
         return ModelCosts(outside, share, tuple(blocks), self.block_order)
+
+
+def expert_modules(model: nn.Module, blocks: list[str]) -> list[str]:
+    """The experts of each block that expert parallelism splits: the modules the model's own
+    expert-parallel plan (a transformers config's ``base_model_ep_plan``) dispatches tokens to."""
+    plan = getattr(getattr(model, "config", None), "base_model_ep_plan", None) or {}
+    paths = [pattern.split("*.", 1)[1] for pattern, style in plan.items() if style == "ep_dispatch_experts" and "*." in pattern]
+    found = []
+    for block in blocks:
+        for path in paths:
+            try:
+                model.get_submodule(f"{block}.{path}")
+            except AttributeError:
+                continue
+            found.append(f"{block}.{path}")
+    return found
+
+
+def _tensor_bytes(value: Any) -> int:
+    return value.numel * value.dtype.itemsize if isinstance(value, TensorMeta) and value.dtype is not None else 0
+
+
+def _dispatched_bytes(recording: DispatchTrace, experts: str) -> int:
+    """The rows an experts module's forward received (a row per token and expert chosen): its first
+    grouped product's input."""
+    return next((_tensor_bytes(record.input(0)) for scope, record in recording.records
+                 if record.phase == FORWARD and record.kind == "aten::_grouped_mm" and f"/{experts}/" in f"{scope}/"), 0)
 
 
 def _in_backward(key: str) -> bool:

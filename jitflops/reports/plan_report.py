@@ -22,7 +22,8 @@ def _fits(plan: TrainingPlan) -> str:
 def plan_text(plan: TrainingPlan, model_name: str = "the model") -> str:
     """One plan, part by part."""
     b = plan.breakdown
-    parts = (("compute", b.compute_s), ("tensor-parallel exposed", b.tensor_parallel_s), ("pipeline sends", b.pipeline_send_s), ("bubble", b.bubble_s),
+    parts = (("compute", b.compute_s), ("tensor-parallel exposed", b.tensor_parallel_s), ("context-parallel exposed", b.context_parallel_s),
+             ("expert all-to-alls", b.expert_parallel_s), ("pipeline sends", b.pipeline_send_s), ("bubble", b.bubble_s),
              ("data-parallel exposed", b.data_parallel_s), ("optimizer", b.optimizer_s))
     capacity = f" of {format_bytes(plan.memory_bytes)}" if plan.memory_bytes is not None else ""
     lines = [
