@@ -304,7 +304,29 @@ def planned_layouts(rank: int, world: int) -> dict[str, Any]:
     return figures
 
 
+def transformers_expert_parallel(rank: int, world: int) -> dict[str, Any]:
+    """A small Mixtral's training micro-batch under transformers' own expert parallelism (its
+    ``AllToAllEP``, FSDP2 over the ``world`` ranks, ``ep_size=world``): the collectives
+    ``CommDebugMode`` sees, and their bytes."""
+    import transformers
+    from transformers.distributed import DistributedConfig
+
+    config = transformers.AutoConfig.for_model("mixtral", hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                                               num_key_value_heads=4, vocab_size=2048, num_local_experts=8, num_experts_per_tok=2)
+    distributed, _, mesh = transformers.MixtralForCausalLM.prepare_distribute_model(DistributedConfig(fsdp_size=world, ep_size=world))
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM.maybe_distribute_model(transformers.MixtralForCausalLM(config), distributed, mesh)
+    ids = torch.randint(0, 2048, (1, 512), generator=torch.Generator().manual_seed(rank))
+    figures: dict[str, Any] = {"comm_debug": comm_debug_counts(lambda: model(input_ids=ids, labels=ids).loss.backward())[0]}
+    model.zero_grad(set_to_none=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        figures["collectives"] = collectives(CommunicationAnalysis(model, (), {"input_ids": ids, "labels": ids}, backend="dispatch", backward=True))
+    return figures
+
+
 CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
+    "transformers_expert_parallel": transformers_expert_parallel,
     "tensor_parallel": tensor_parallel,
     "data_parallel": data_parallel,
     "expert_parallel": expert_parallel,

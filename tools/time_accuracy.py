@@ -16,6 +16,15 @@ the prediction on that round's spec:
 - with ``--compiled``, every model's forward under ``torch.compile`` (compiled once, before the
   rounds; timed interleaved with the others after the eager forwards) against ``mode="compiled"``.
 
+This machine is a Firecracker VM with free page reporting (``page_reporting_order=11``): a free
+block of 8 MiB or more is handed back to the host about 2 s after it is freed, and the first
+write to it afterwards faults on the host, at 0.75 GB/s here (16 GiB written once took 21.5 s, and
+as long again 10 minutes later). A tensor larger than glibc's mmap threshold (32 MiB) is such a
+block each time it is made: AdamW's square root and division of GPT-2's 154 MB embedding write two
+of them per step, and the optimizer's step took 314 to 1,634 ms in six steps in a row, by whether
+the last step's were handed back yet. The cost model prices a fresh output as ``jitflops
+calibrate`` measures it, made again at once (its pages not handed back).
+
 A figure's error is its median over the rounds, with its spread (the smallest and largest round's);
 the noise floor is the same forward timed in two rounds (the median over models of their relative
 difference). No constant of the prediction is fitted to any model: every figure comes from the
