@@ -594,7 +594,7 @@ def make_plan_parser() -> argparse.ArgumentParser:
     layout.add_argument("--schedule", default="1f1b", choices=["1f1b", "interleaved"], help="the pipeline's schedule (default 1f1b)")
     layout.add_argument("--virtual-stages", type=int, default=1, help="chunks per pipeline rank (the interleaved schedule)")
     layout.add_argument("--recompute", default="none", choices=["none", "selective", "full"], help="activation recomputation (default none)")
-    serving = parser.add_argument_group("serving instead of training (--serve): generate() with tensor parallelism")
+    serving = parser.add_argument_group("serving instead of training (--serve): generate() with tensor parallelism (and --pp stages)")
     serving.add_argument("--serve", action="store_true", help="plan generate() of --batch prompts: prefill, decode step, tokens/s, memory and the largest batch per GPU, "
                          "for --tp (default: every tp of a node that divides the key-value heads)")
     serving.add_argument("--prompt", type=int, default=1024, help="with --serve: tokens per prompt (default 1024)")
@@ -659,8 +659,9 @@ def _serving_report(args: argparse.Namespace, model: nn.Module, name: str) -> st
     spec = device_spec(args.device)
     link = interconnect(args.interconnect or spec.name)
     heads = key_value_heads(model) or 1
-    sizes = [args.tp] if args.tp else [tp for tp in range(1, min(args.gpus or link.gpus_per_node, link.gpus_per_node) + 1) if heads % tp == 0]
-    plans = [plan_serving(model, args.prompt, args.new_tokens, args.batch or 1, spec, tp, link) for tp in sizes]
+    widest = min((args.gpus or link.gpus_per_node * (args.pp or 1)) // (args.pp or 1), link.gpus_per_node)
+    sizes = [args.tp] if args.tp else [tp for tp in range(1, widest + 1) if heads % tp == 0]
+    plans = [plan_serving(model, args.prompt, args.new_tokens, args.batch or 1, spec, tp, link, pp=args.pp or 1) for tp in sizes]
     if args.format == "json":
         return json.dumps({"serving": [plan.to_dict() for plan in plans]}, indent=2)
     return serving_text(plans, name)

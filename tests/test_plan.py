@@ -445,3 +445,30 @@ def test_the_planned_all_to_alls_are_what_transformers_expert_parallelism_runs_o
     for rank in ranks:
         assert rank["comm_debug"]["all_to_all_single"] == planned[0].calls == 8 and rank["comm_debug"]["alltoall_base_"] == 2
     assert sum(real_bytes) / 2 == planned[0].bytes == 8 * 512 * 2 * 256 * 4
+
+
+def test_serving_with_pipeline_stages_splits_the_memory_and_sends_the_hidden_states(capsys, tmp_path):
+    """A stage of two of the 4-block Llama's blocks holds what the memory estimate of a 2-block Llama
+    holds, less the head it leaves to the last stage (the embeddings and the head are 2,048 x 256
+    bf16 each), to the byte; its KV cache per token is the hand count of two layers; one batch's
+    calls run every stage in turn and send the hidden states between them."""
+    from jitflops.estimates.generation_time import generate_call
+    from jitflops.planning.serving import plan_serving
+
+    model = _small_llama()
+    one, two = plan_serving(model, 128, 16, 2, "h100"), plan_serving(model, 128, 16, 2, "h100", pp=2)
+    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4, vocab_size=2048)
+    with torch.device("meta"):
+        half = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    prompts = torch.zeros(2, 128, dtype=torch.long, device="meta")
+    estimate = memory_footprint(half, (), generate_call(half, prompts, 0, None), device="h100", kv_cache_length=144)
+    assert two.memory_per_gpu_bytes == estimate.needed() - 2048 * 256 * 2 < one.memory_per_gpu_bytes
+    assert two.kv_cache_per_token_bytes == 2 * 2 * 4 * 32 * 2 == one.kv_cache_per_token_bytes // 2 and two.max_batch > one.max_batch
+    send = collective_seconds(Collective("send", 2, 2 * 128 * 256 * 2), interconnect("dgx-h100"), Placement(2, 1, 8))  # the prompt's hidden states
+    assert two.prefill_s == pytest.approx(one.prefill_s + send, rel=1e-9)
+    with pytest.raises(LayoutError, match="8 stages are more than the model's 4 blocks"):
+        plan_serving(model, 128, 16, 2, "h100", pp=8)
+    (tmp_path / "config.json").write_text(model.config.to_json_string())
+    assert main(["plan", str(tmp_path / "config.json"), "--serve", "--batch", "2", "--prompt", "64", "--new-tokens", "4", "--gpus", "4", "--pp", "2", "--format", "json"]) == 0
+    plans = json.loads(capsys.readouterr().out)["serving"]
+    assert [(plan["tp"], plan["pp"]) for plan in plans] == [(1, 2), (2, 2)]

@@ -1,5 +1,5 @@
-"""Serving a model on GPUs with tensor parallelism: ``generate()``'s prefill and decode steps, the
-memory per GPU with the KV cache grown to its length, and the largest batch that fits.
+"""Serving a model on GPUs with tensor and pipeline parallelism: ``generate()``'s prefill and decode
+steps, the memory per GPU with the KV cache grown to its length, and the largest batch that fits.
 
 Each layout's numbers come from the model itself, sharded ``tp`` ways by its own tensor-parallel
 plan on a fake process group, as :mod:`.stages` shards it for training:
@@ -18,6 +18,15 @@ plan on a fake process group, as :mod:`.stages` shards it for training:
 
 A decode step at a small batch reads every weight of its shard for one token's work: more tensor
 parallelism splits those reads, and adds two all-reduces a block whose time is the ring's latency.
+
+Pipeline parallelism (``pp`` stages of contiguous blocks, the embeddings on the first, the head on
+the last) splits the memory, not the time of one batch: each call runs every stage in turn, and
+each stage sends the next its hidden states (the call's tokens by the hidden size). A stage's
+memory is the estimate's less what other stages hold: their blocks' parameters and their share of
+the KV cache (the cache is the same for every block), and the embeddings or head it does not
+hold; the forward's transient stays on every stage. One batch is in flight: a server that keeps a
+batch per stage (vLLM's virtual engines) reaches up to ``pp`` times the tokens per second, at the
+latency planned here.
 """
 
 from __future__ import annotations
@@ -36,22 +45,26 @@ from ..estimates.devices import DeviceSpec, device_spec
 from ..estimates.error_bands import error_note
 from ..estimates.fake_sharding import fake_process_group, shard_like_tensor_parallel
 from ..estimates.generation_time import generate_call, generation_seconds
+from ..estimates.memory_estimate import MemoryEstimate
 from ..estimates.memory_footprint import memory_footprint
 from ..estimates.roofline import WHOLE_CALLS, predicted_statistics
 from ..frontends.dispatch_trace import record_with_dispatch
 from ..frontends.meta_values import empty_copy
 from ..handles import COMMUNICATION_FORMULAS, collective_of
+from ..handles.collectives import Collective
 from .collective_time import Placement, collective_seconds
 from .interconnects import Interconnect, interconnect
 from .layout import LayoutError
 from .plan import check_heads_divide
+from .stages import block_list, modules_before
 
 
 @dataclass(frozen=True)
 class ServingPlan:
-    """``generate()`` of ``batch`` prompts of ``prompt`` tokens, ``new_tokens`` each, on ``tp`` GPUs."""
+    """``generate()`` of ``batch`` prompts of ``prompt`` tokens, ``new_tokens`` each, on ``tp x pp`` GPUs."""
 
     tp: int
+    pp: int
     device: str
     interconnect: str
     """The link tensor parallelism's all-reduces cross ("none" on one GPU without one named)."""
@@ -62,7 +75,7 @@ class ServingPlan:
     first_decode_s: float
     last_decode_s: float
     memory_per_gpu_bytes: int
-    """The peak with the KV cache grown to ``prompt + new_tokens``."""
+    """The peak with the KV cache grown to ``prompt + new_tokens`` (the largest stage's)."""
     kv_cache_per_token_bytes: int
     """One sequence's cache per token on one GPU (its shard of the key-value heads)."""
     memory_bytes: Optional[int]
@@ -81,7 +94,7 @@ class ServingPlan:
 
     @property
     def tokens_per_s(self) -> float:
-        """Generated tokens per second of the whole ``generate()`` call, over its ``tp`` GPUs."""
+        """Generated tokens per second of the whole ``generate()`` call, over its ``tp x pp`` GPUs."""
         return self.batch * self.new_tokens / self.total_s
 
     @property
@@ -89,15 +102,16 @@ class ServingPlan:
         return None if self.memory_bytes is None else self.memory_per_gpu_bytes <= self.memory_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tp": self.tp, "device": self.device, "interconnect": self.interconnect, "batch": self.batch, "prompt": self.prompt,
+        return {"tp": self.tp, "pp": self.pp, "device": self.device, "interconnect": self.interconnect, "batch": self.batch, "prompt": self.prompt,
                 "new_tokens": self.new_tokens, "prefill_s": self.prefill_s, "decode_s": self.decode_s, "first_decode_s": self.first_decode_s,
                 "last_decode_s": self.last_decode_s, "total_s": self.total_s, "tokens_per_s": self.tokens_per_s,
                 "memory_per_gpu_bytes": self.memory_per_gpu_bytes, "kv_cache_per_token_bytes": self.kv_cache_per_token_bytes,
                 "memory_bytes": self.memory_bytes, "fits": self.fits, "max_batch": self.max_batch, "error": self.error}
 
 
-def _call_seconds(twin: nn.Module, kwargs: dict[str, Any], spec: DeviceSpec, link: Optional[Interconnect], tp: int, mode: str) -> float:
-    """One recorded call's predicted seconds: its ops on ``spec``, its collectives on ``link`` inside a node."""
+def _call_seconds(twin: nn.Module, kwargs: dict[str, Any], spec: DeviceSpec, link: Optional[Interconnect], tp: int, pp: int, mode: str) -> float:
+    """One recorded call's predicted seconds: its ops on ``spec``, its collectives on ``link`` inside a
+    node, and the hidden states each of ``pp`` stages sends the next."""
     aliases = module_aliases(twin)
     with torch.no_grad():
         recording = record_with_dispatch(twin, ModelCall((), kwargs), aliases, guarded=False, whole=WHOLE_CALLS)
@@ -106,22 +120,53 @@ def _call_seconds(twin: nn.Module, kwargs: dict[str, Any], spec: DeviceSpec, lin
     if link is None:
         return compute
     group = Placement(tp, 1, link.gpus_per_node)
-    return compute + sum(collective_seconds(collective_of(record), link, group) for _, record in recording.records if record.kind in kinds)
+    sends = (pp - 1) * collective_seconds(Collective("send", 2, kwargs["input_ids"].numel() * _hidden_bytes(twin)), link, Placement(2, tp, link.gpus_per_node))
+    return compute + sends + sum(collective_seconds(collective_of(record), link, group) for _, record in recording.records if record.kind in kinds)
+
+
+def _hidden_bytes(model: nn.Module) -> int:
+    """One token's hidden state, in bytes (the width of the model's embeddings, in its dtype)."""
+    embeddings = model.get_input_embeddings().weight
+    return embeddings.shape[-1] * embeddings.dtype.itemsize
+
+
+def _stage_memory(model: nn.Module, estimate: MemoryEstimate, pp: int) -> int:
+    """The largest stage's memory of ``pp``: the whole model's estimate less what the other stages hold."""
+    if pp == 1:
+        return estimate.needed()
+    container, blocks = block_list(model)
+    names = {module: name for name, module in model.named_modules()}
+    container_name = names[container]
+    block_bytes = [estimate.modules[names[block]].parameters for block in blocks]
+    embeddings = sum(estimate.modules[name].parameters for name in modules_before(container_name, model) if name in estimate.modules)
+    head = estimate.model.parameters - embeddings - sum(block_bytes)
+    cache = estimate.kv_cache.bytes if estimate.kv_cache is not None else 0
+    ranges = [(len(blocks) * stage // pp, len(blocks) * (stage + 1) // pp) for stage in range(pp)]
+
+    def held_elsewhere(stage: int) -> float:
+        first, last = ranges[stage]
+        others = len(blocks) - (last - first)
+        return (sum(block_bytes) - sum(block_bytes[first:last]) + cache * others / len(blocks)
+                + (embeddings if stage else 0) + (head if stage < pp - 1 else 0))
+    return int(estimate.needed() - min(held_elsewhere(stage) for stage in range(pp)))
 
 
 def plan_serving(model: nn.Module, prompt: int, new_tokens: int, batch: int, device: Union[str, DeviceSpec], tp: int = 1,
-                 interconnect_name: Union[str, Interconnect, None] = None, mode: str = "eager") -> ServingPlan:
+                 interconnect_name: Union[str, Interconnect, None] = None, mode: str = "eager", pp: int = 1) -> ServingPlan:
     """The plan of serving ``model`` (built on the meta device: nothing is allocated) with ``tp``-way
-    tensor parallelism on ``device``: ``generate()`` of ``batch`` prompts of ``prompt`` tokens and
-    ``new_tokens`` new ones each (greedy, with the KV cache)."""
-    if min(prompt, new_tokens, batch, tp) < 1:
-        raise ValueError(f"prompt, new_tokens, batch and tp must be at least 1, got {prompt}, {new_tokens}, {batch}, {tp}")
+    tensor parallelism and ``pp`` pipeline stages on ``device``: ``generate()`` of ``batch`` prompts
+    of ``prompt`` tokens and ``new_tokens`` new ones each (greedy, with the KV cache)."""
+    if min(prompt, new_tokens, batch, tp, pp) < 1:
+        raise ValueError(f"prompt, new_tokens, batch, tp and pp must be at least 1, got {prompt}, {new_tokens}, {batch}, {tp}, {pp}")
     spec = device_spec(device)
     if isinstance(interconnect_name, Interconnect):
         link: Optional[Interconnect] = interconnect_name
     else:  # one GPU crosses no link: a device without a reference system serves on it
-        link = interconnect(interconnect_name or spec.name) if tp > 1 or interconnect_name else None
+        link = interconnect(interconnect_name or spec.name) if tp * pp > 1 or interconnect_name else None
     check_heads_divide(model, tp)
+    layers = len(block_list(model)[1])
+    if pp > layers:
+        raise LayoutError(f"{pp} stages are more than the model's {layers} blocks")
     if link is not None and tp > link.gpus_per_node:
         raise LayoutError(f"tp {tp} is more than a node's {link.gpus_per_node} GPUs on {link.name}")
     ids = torch.zeros(batch, prompt, dtype=torch.long, device="meta")
@@ -131,7 +176,7 @@ def plan_serving(model: nn.Module, prompt: int, new_tokens: int, batch: int, dev
         if tp > 1:
             shard_like_tensor_parallel(twin, mesh)
         twin.eval()
-        prefill, first, last = generation_seconds(twin, ids, new_tokens, lambda kwargs: _call_seconds(twin, kwargs, spec, link, tp, mode))
+        prefill, first, last = generation_seconds(twin, ids, new_tokens, lambda kwargs: _call_seconds(twin, kwargs, spec, link, tp, pp, mode))
     length = prompt + new_tokens
     sharding = {"tensor_parallel": tp} if tp > 1 else {}
 
@@ -139,12 +184,12 @@ def plan_serving(model: nn.Module, prompt: int, new_tokens: int, batch: int, dev
     def needed(sequences: int) -> tuple[int, int]:
         prompts = torch.zeros(sequences, prompt, dtype=torch.long, device="meta")
         estimate = memory_footprint(model, (), generate_call(model, prompts, 0, None), device=spec, kv_cache_length=length, **sharding)
-        return estimate.needed(), estimate.kv_cache.bytes_per_token
+        return _stage_memory(model, estimate, pp), estimate.kv_cache.bytes_per_token * -(-layers // pp) // layers
     at_batch, per_token = needed(batch)
     largest = None
     if spec.memory_bytes is not None:
         one, _ = needed(1)
         per_sequence = needed(2)[0] - one
         largest = max(0, (spec.memory_bytes - (one - per_sequence)) // per_sequence) if per_sequence > 0 else None
-    return ServingPlan(tp, spec.name, link.name if link is not None else "none", batch, prompt, new_tokens, prefill, first, last, at_batch, per_token, spec.memory_bytes, largest,
+    return ServingPlan(tp, pp, spec.name, link.name if link is not None else "none", batch, prompt, new_tokens, prefill, first, last, at_batch, per_token, spec.memory_bytes, largest,
                        error_note(spec, "decode step"))

@@ -264,7 +264,7 @@ class ModelRecordings:
         outside_collectives = tuple((phase, collective) for scope, phase, collective in collectives if not any(within(scope, name) for name in names))
         rest = [getattr(root, field.name) - sum(getattr(block, field.name) for block in blocks) for field in dataclasses.fields(PartCosts) if field.name != "collectives"]
         outside = PartCosts(rest[0], rest[1], outside_collectives, *rest[2:])
-        before = sum(sum(statistics.counts[name].values()) for name in _before(names[0].rpartition(".")[0], twin) if name in statistics.counts)
+        before = sum(sum(statistics.counts[name].values()) for name in modules_before(names[0].rpartition(".")[0], twin) if name in statistics.counts)
         share = min(1.0, before / max(outside.forward_s + outside.backward_s, 1e-12))
         return ModelCosts(outside, share, tuple(blocks), self.block_order)
 
@@ -320,7 +320,7 @@ def _split_sequence(block: PartCosts, module: nn.Module, name: str, seconds: dic
                                activation_bytes=unsharded_activations // tp)
 
 
-def _before(container: str, model: nn.Module) -> list[str]:
+def modules_before(container: str, model: nn.Module) -> list[str]:
     """The modules that hold the embeddings: at each level from the root to the blocks' container
     (a dotted name), the children registered before the branch that leads to it."""
     found, path = [], ""

@@ -53,12 +53,12 @@ def plans_table(plans: Sequence[TrainingPlan]) -> str:
 
 
 def serving_text(plans: Sequence[ServingPlan], model_name: str = "the model") -> str:
-    """Serving plans of one call, a row per tensor parallelism."""
+    """Serving plans of one call, a row per layout (tensor parallelism, pipeline stages)."""
     first = plans[0]
-    rows = [[str(plan.tp), format_seconds(plan.prefill_s), format_seconds(plan.decode_s), format_seconds(plan.total_s),
+    rows = [[str(plan.tp), str(plan.pp), format_seconds(plan.prefill_s), format_seconds(plan.decode_s), format_seconds(plan.total_s),
              format_quantity(plan.tokens_per_s, "tok/s"), format_bytes(plan.memory_per_gpu_bytes), format_bytes(plan.kv_cache_per_token_bytes),
              "?" if plan.max_batch is None else f"{plan.max_batch:,}"] for plan in plans]
-    table = pipe_table(rows, ("tp", "prefill", "decode step", "generate", "throughput", "memory/GPU", "KV/token/GPU", "largest batch"),
-                       colalign=("right",) * 8)
+    table = pipe_table(rows, ("tp", "pp", "prefill", "decode step", "generate", "throughput", "memory/GPU", "KV/token/GPU", "largest batch"),
+                       colalign=("right",) * 9)
     return (f"Serving plan: {model_name} on {first.device} ({first.interconnect}), generate() of {first.batch} prompts of {first.prompt} tokens, "
             f"{first.new_tokens} new tokens each\n{table}\n  {first.error}")
