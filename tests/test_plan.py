@@ -274,6 +274,11 @@ def test_the_search_plans_every_layout_that_divides_best_first():
     assert len(found.plans) == len(layouts)
     fitting = [plan.step_s for plan in found.plans if plan.fits]
     assert fitting == sorted(fitting)
+    assert {layout.cp for layout in layouts} == {layout.ep for layout in layouts} == {1}
+    long, _ = candidate_layouts(Planner(_gpt(layers=4, heads=8), 16384, 32, "h100", "dgx-h100"), 8)  # context parallelism from 8,192 tokens
+    assert {layout.cp for layout in long} == {1, 2, 4, 8} and all(layout.gpus == 8 for layout in long)
+    experts, _ = candidate_layouts(Planner(_small_mixtral(), 512, 32, "h100", "dgx-h100"), 8)  # expert parallelism for a mixture of experts
+    assert {layout.ep for layout in experts if layout.dp == 8} == {1, 2, 4, 8} and all(layout.zero == 1 for layout in experts if layout.ep > 1)
 
 
 def test_plan_training_checks_the_gpus_and_a_model_without_a_loss_is_refused():

@@ -1,9 +1,12 @@
 """The best layouts of a training run on N GPUs: every layout that divides, planned, ranked.
 
 The candidates: tensor parallelism over 1, 2, 4, ... ranks inside a node (dividing the attention
-heads, with sequence parallelism), pipeline stages dividing the layers, data parallelism over the
-GPUs left (dividing the global batch), a distributed optimizer (ZeRO-1) or FSDP2 (ZeRO-3, without
-a pipeline), and activation recomputation or none. Each is planned (:class:`~.plan.Planner`,
+heads, with sequence parallelism), context parallelism over 2 to 8 ranks for sequences of
+:data:`LONG_SEQUENCE` tokens or more (where attention's quadratic work and a sequence's activations
+are what a rank runs out of), pipeline stages dividing the layers, data parallelism over the GPUs
+left (dividing the global batch), a distributed optimizer (ZeRO-1) or FSDP2 (ZeRO-3, without a
+pipeline), and activation recomputation or none; for a mixture of experts, expert parallelism over
+each divisor of the data-parallel ranks that divides the experts (with ZeRO-1). Each is planned (:class:`~.plan.Planner`,
 whose recordings are made once per tensor parallelism and reused); those that fit come first,
 fastest first, then those that do not, by how much they need.
 """
@@ -15,7 +18,10 @@ from typing import Optional
 
 from ..estimates.fake_sharding import ShardingError
 from .layout import Layout, LayoutError
-from .plan import Planner, TrainingPlan, key_value_heads
+from .plan import Planner, TrainingPlan, expert_count, key_value_heads
+
+LONG_SEQUENCE = 8192
+"""The sequence from which the search tries context parallelism."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ def candidate_layouts(planner: Planner, gpus: int, micro_batch: int = 1) -> tupl
     family it leaves out with why."""
     heads = key_value_heads(planner.model)
     layers = planner.recordings.layers
+    experts = expert_count(planner.model)
+    contexts = [cp for cp in (1, 2, 4, 8) if cp == 1 or (planner.sequence >= LONG_SEQUENCE and planner.sequence % (2 * cp) == 0)]
     layouts, rejected = [], []
     for tp in _divisors(gpus):
         if tp > planner.link.gpus_per_node:
@@ -47,17 +55,20 @@ def candidate_layouts(planner: Planner, gpus: int, micro_batch: int = 1) -> tupl
         if heads is not None and heads % tp:
             rejected.append(f"tp {tp}: does not divide the {heads} key-value heads")
             continue
-        for pp in _divisors(gpus // tp):
-            dp = gpus // (tp * pp)
-            if layers % pp:
-                rejected.append(f"tp {tp}, pp {pp}: {pp} stages do not divide the {layers} layers")
-                continue
-            if planner.global_batch % (dp * micro_batch):
-                rejected.append(f"tp {tp}, pp {pp}: dp {dp} x micro-batch {micro_batch} does not divide the batch of {planner.global_batch}")
-                continue
-            for zero in (1, 3) if pp == 1 and dp > 1 else (1,):
-                for recompute in ("none", "full"):
-                    layouts.append(Layout(dp=dp, tp=tp, pp=pp, zero=zero, sequence_parallel=tp > 1, micro_batch=micro_batch, recompute=recompute))
+        for cp in (cp for cp in contexts if (gpus // tp) % cp == 0):
+            for pp in _divisors(gpus // (tp * cp)):
+                dp = gpus // (tp * cp * pp)
+                named = f"tp {tp}" + (f", cp {cp}" if cp > 1 else "") + f", pp {pp}"
+                if layers % pp:
+                    rejected.append(f"{named}: {pp} stages do not divide the {layers} layers")
+                    continue
+                if planner.global_batch % (dp * micro_batch):
+                    rejected.append(f"{named}: dp {dp} x micro-batch {micro_batch} does not divide the batch of {planner.global_batch}")
+                    continue
+                for zero in (1, 3) if pp == 1 and dp * cp > 1 else (1,):
+                    for ep in [ep for ep in _divisors(dp) if experts % ep == 0] if experts and zero == 1 else [1]:
+                        for recompute in ("none", "full"):
+                            layouts.append(Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sequence_parallel=tp > 1, micro_batch=micro_batch, recompute=recompute))
     return layouts, rejected
 
 
