@@ -76,8 +76,9 @@ def test_calibrate_collectives_measures_gloo_on_this_machine_and_a_plan_reads_it
     assert {point["collective"] for point in document["measured"]} == {"all_reduce", "all_gather", "reduce_scatter"} and len(document["measured"]) == 15
     link = interconnect(str(path))
     assert link.name == "gloo-loopback-2" and link.gpus_per_node == 2 and set(link.measured_collectives) == {"all_reduce", "all_gather", "reduce_scatter"}
-    gather = link.measured_collectives["all_gather"]
-    assert collective_seconds(Collective("all_gather", 2, 2**24), link, Placement(2, 1, 2)) == pytest.approx(2**23 / gather["bus_bandwidth"] + gather["latency_s"])
+    gather, wait = link.measured_collectives["all_gather"], link.blocked_wait_s
+    assert wait == document["blocked_wait_s"] >= 0.0 and interconnect("dgx-h100").blocked_wait_s == 0.0  # a datasheet's fabric has none
+    assert collective_seconds(Collective("all_gather", 2, 2**24), link, Placement(2, 1, 2)) == pytest.approx(2**23 / gather["bus_bandwidth"] + gather["latency_s"] + wait)
     # the model each point was fitted to, by collective: steps x latency + bus bytes / bandwidth
     truth = {"all_reduce": (3e-4, 8e8), "all_gather": (5e-5, 6e8), "reduce_scatter": (1e-3, 3e8)}
     steps = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}

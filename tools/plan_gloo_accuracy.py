@@ -159,6 +159,7 @@ def run_world(world: int, steps: int, budget: float) -> list[dict]:
                          "breakdown": {"compute_s": breakdown.compute_s, "tensor_parallel_s": breakdown.tensor_parallel_s,
                                        "data_parallel_s": breakdown.data_parallel_s, "optimizer_s": breakdown.optimizer_s},
                          "link": {"bandwidth_gb_s": link.intra_node_bandwidth / 1e9, "latency_us": link.intra_node_latency_s * 1e6,
+                                  "blocked_wait_us": link.blocked_wait_s * 1e6,
                                   "fit_errors": [round(point["error"], 3) for point in link_document["measured"]]}})
             print(f"{world} ranks  {layout:26} planned {plan.step_s * 1e3:7.1f} ms  measured {step * 1e3:7.1f} ms "
                   f"({spread[0] * 1e3:.1f}-{spread[1] * 1e3:.1f})  error {rows[-1]['error']:+.0%}", flush=True)

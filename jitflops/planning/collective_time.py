@@ -63,5 +63,5 @@ def collective_seconds(collective: Collective, link: Interconnect, placement: Pl
     steps, bus_bytes = ring_terms(collective.name, max(collective.group_size, 2), collective.bytes)
     measured = link.measured_collectives.get(collective.name)
     if measured is not None and not placement.crosses_nodes:
-        return bus_bytes / measured["bus_bandwidth"] + steps * measured["latency_s"]
-    return bus_bytes / bus_bandwidth(link, placement) + steps * link.latency(placement.crosses_nodes)
+        return bus_bytes / measured["bus_bandwidth"] + steps * measured["latency_s"] + link.blocked_wait_s
+    return bus_bytes / bus_bandwidth(link, placement) + steps * link.latency(placement.crosses_nodes) + link.blocked_wait_s

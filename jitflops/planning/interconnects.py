@@ -47,6 +47,10 @@ class Interconnect:
     """Each collective's ``latency_s`` per ring step and ``bus_bandwidth`` as measured on one node
     (``jitflops calibrate --collectives``): a backend runs each by an algorithm of its own. A
     collective not in it takes the tiers' figures."""
+    blocked_wait_s: float = 0.0
+    """What each collective costs beyond its time back to back where it is called right after
+    compute and blocks (measured by ``jitflops calibrate --collectives`` on a CPU's gloo ranks; 0
+    on a datasheet's fabric)."""
     source: str = ""
 
     def latency(self, crosses_nodes: bool) -> float:

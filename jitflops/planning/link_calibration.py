@@ -12,6 +12,13 @@ measurements, weighted by their inverse so that small and large sizes count alik
 an interconnect (:func:`~.interconnects.interconnect` reads the file) whose one node holds the N ranks, its efficiency 1 (the
 bandwidth is what the collectives reached, not a datasheet's). The file keeps every measurement
 beside the fit, and the fit's error on each.
+
+A step calls its collectives right after compute, not after a barrier, and each blocks: on a VM
+whose idle vCPUs halt, the rank that waits is woken late (an all-reduce of 512 KiB on 2 ranks took
+1.1 ms after a barrier that followed the ranks' products, 4.0-4.4 ms right after them). So each
+rank also times an all-reduce of 64 KiB right after :data:`WAIT_PRODUCTS` products of its own, and
+again with a barrier between: the difference of their medians (the slowest rank's, at least 0) is
+``blocked_wait_s``, which every collective's time adds.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ SIZES = tuple(2**power for power in range(16, 25, 2))
 """Bytes per call: 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB (an all-gather's output, a reduce-scatter's input)."""
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+
+WAIT_PRODUCTS = 8
+"""Products of two 256 x 256 matrices before each timed call of the blocked wait (about 4 ms on one core)."""
 
 
 def free_port() -> int:
@@ -80,11 +90,35 @@ def _rank(rank: int, world: int, port: int, folder: str, repeats: int, threads: 
                 slowest = torch.tensor([statistics.median(times)], dtype=torch.float64)
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
                 measured.append({"collective": name, "bytes": size, "seconds": slowest.item()})
+        wait = torch.tensor([_blocked_wait(repeats)], dtype=torch.float64)
+        dist.all_reduce(wait, op=dist.ReduceOp.MAX)
         if rank == 0:
-            Path(folder, "measured.json").write_text(json.dumps(measured))
+            Path(folder, "measured.json").write_text(json.dumps(measured + [{"collective": "blocked_wait", "seconds": wait.item()}]))
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _blocked_wait(repeats: int) -> float:
+    """The median of an all-reduce's time right after compute, less its median with a barrier
+    between the compute and the call (at least 0)."""
+    import torch.distributed as dist
+
+    left, right, buffer = torch.randn(256, 256), torch.randn(256, 256), torch.ones(2**14)
+    medians = []
+    for synced in (False, True):
+        times = []
+        for _ in range(repeats + 1):
+            dist.barrier()
+            for _ in range(WAIT_PRODUCTS):
+                left @ right
+            if synced:
+                dist.barrier()
+            started = time.perf_counter()
+            dist.all_reduce(buffer)
+            times.append(time.perf_counter() - started)
+        medians.append(statistics.median(times[1:]))
+    return max(0.0, medians[0] - medians[1])
 
 
 def measure_collectives(world: int, repeats: int = 10) -> list[dict[str, Any]]:
@@ -128,6 +162,8 @@ def calibrate_collectives(world: int, repeats: int = 10, measured: Optional[list
     """The interconnect of ``world`` gloo ranks on this machine, as a document: the fitted link, and
     each measurement with the fit's time and error."""
     measured = measured if measured is not None else measure_collectives(world, repeats)
+    wait = next((point["seconds"] for point in measured if point["collective"] == "blocked_wait"), 0.0)
+    measured = [point for point in measured if point["collective"] != "blocked_wait"]
     fitted = fit_link(measured, world)
     for point in measured:
         steps, bus = _terms(point, world)
@@ -137,8 +173,8 @@ def calibrate_collectives(world: int, repeats: int = 10, measured: Optional[list
     bandwidth, latency = fitted["all_reduce"]["bus_bandwidth"], fitted["all_reduce"]["latency_s"]
     link = {"name": f"gloo-loopback-{world}", "gpus_per_node": world, "intra_node_bandwidth": bandwidth, "inter_node_bandwidth": bandwidth,
             "intra_node_latency_s": latency, "inter_node_latency_s": latency, "efficiency": 1.0, "inter_node_efficiency": 1.0,
-            "measured_collectives": fitted,
+            "measured_collectives": fitted, "blocked_wait_s": wait,
             "source": f"measured by jitflops calibrate --collectives {world} on {socket.gethostname()}, {time.strftime('%Y-%m-%d')}: gloo over the "
                       f"loopback, {len(measured)} calls of 64 KiB to 16 MiB, each collective fitted as steps x latency + bus bytes / bandwidth"}
-    return {"interconnect": link, "measured": measured}
+    return {"interconnect": link, "measured": measured, "blocked_wait_s": wait}
 
