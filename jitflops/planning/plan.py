@@ -296,7 +296,7 @@ class Planner:
             attention_forward, attention_backward = layout.cp * part.attention_forward_s, layout.cp * part.attention_backward_s
             forward = part.forward_s + attention_forward - part.attention_forward_s
             compute = recomputed * forward + part.backward_s + attention_backward - part.attention_backward_s
-            tp = (recomputed - 1) * forward_tp + forward_tp + backward_tp
+            tp = recomputed * forward_tp + backward_tp
             context = [_comm_seconds(_context_collectives(part, layout.cp), phase, self.link, cp_group) for phase in ("forward", "backward")]
             experts = [_comm_seconds(_expert_collectives(part, layout.ep), phase, self.link, ep_group) for phase in ("forward", "backward")]
             if self._overlaps:  # the ring's steps pass the keys and values on while attention runs on those at hand
