@@ -168,14 +168,19 @@ def _comm_seconds(collectives: Sequence[tuple[str, Collective]], phase: str, lin
     return sum((collective_seconds(collective, link, placement) for each_phase, collective in collectives if (each_phase == "forward") == (phase == "forward")), 0.0)
 
 
-def _boundary_bytes(model: nn.Module, micro_batch: int, sequence: int, layout: Layout) -> int:
-    """The activation a stage sends the next (and its gradient back): one micro-batch's hidden states."""
+def hidden_state_bytes(model: nn.Module, tokens: int) -> int:
+    """The bytes of ``tokens`` tokens' hidden states: what a pipeline stage sends the next."""
     config = getattr(model, "config", None)
     hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
     if hidden is None:
         hidden = next(parameter.shape[-1] for parameter in model.parameters() if parameter.dim() == 2)
     dtype = next((parameter.dtype for parameter in model.parameters() if parameter.is_floating_point()), torch.float32)
-    return micro_batch * sequence * hidden * dtype.itemsize // (layout.tp if layout.sequence_parallel else 1)
+    return tokens * hidden * dtype.itemsize
+
+
+def _boundary_bytes(model: nn.Module, micro_batch: int, sequence: int, layout: Layout) -> int:
+    """The activation a stage sends the next (and its gradient back): one micro-batch's hidden states."""
+    return hidden_state_bytes(model, micro_batch * sequence) // (layout.tp if layout.sequence_parallel else 1)
 
 
 def _units(costs: ModelCosts, ranges: list[tuple[int, int]], layout: Layout, rank: int) -> list[tuple[float, float, bool]]:

@@ -55,7 +55,7 @@ from ..handles.collectives import Collective
 from .collective_time import Placement, collective_seconds
 from .interconnects import Interconnect, interconnect
 from .layout import LayoutError
-from .plan import check_heads_divide
+from .plan import check_heads_divide, hidden_state_bytes
 from .stages import block_list, modules_before
 
 
@@ -120,14 +120,8 @@ def _call_seconds(twin: nn.Module, kwargs: dict[str, Any], spec: DeviceSpec, lin
     if link is None:
         return compute
     group = Placement(tp, 1, link.gpus_per_node)
-    sends = (pp - 1) * collective_seconds(Collective("send", 2, kwargs["input_ids"].numel() * _hidden_bytes(twin)), link, Placement(2, tp, link.gpus_per_node))
+    sends = (pp - 1) * collective_seconds(Collective("send", 2, hidden_state_bytes(twin, kwargs["input_ids"].numel())), link, Placement(2, tp, link.gpus_per_node))
     return compute + sends + sum(collective_seconds(collective_of(record), link, group) for _, record in recording.records if record.kind in kinds)
-
-
-def _hidden_bytes(model: nn.Module) -> int:
-    """One token's hidden state, in bytes (the width of the model's embeddings, in its dtype)."""
-    embeddings = model.get_input_embeddings().weight
-    return embeddings.shape[-1] * embeddings.dtype.itemsize
 
 
 def _stage_memory(model: nn.Module, estimate: MemoryEstimate, pp: int) -> int:

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ..core.model_io import ModelCall
-from ..core.records import FORWARD, TensorMeta
+from ..core.records import FORWARD
 from ..engine.counting import module_aliases
 from ..engine.flop_count import FlopCountAnalysis
 from ..estimates.costs.attention import ATTENTION_KERNELS
@@ -38,6 +38,7 @@ from ..frontends.dispatch_trace import DispatchTrace, loss_backward, record_with
 from ..frontends.meta_values import empty_copy
 from ..handles import COMMUNICATION_FORMULAS, collective_of
 from ..handles.collectives import Collective
+from ..handles.traffic import tensor_bytes
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ class ModelRecordings:
                          for key, value in statistics.counts[module].items() if key.rpartition(".")[2] in ATTENTION_OPS]
             attention_backward = sum(value for key, value in quadratic if _in_backward(key))
             attention_forward = sum(value for key, value in quadratic) - attention_backward
-            key_values = sum(_tensor_bytes(record.input(1)) + _tensor_bytes(record.input(2)) for record in calls)
+            key_values = sum(tensor_bytes(record.input(1)) + tensor_bytes(record.input(2)) for record in calls)
             own_experts = [memory.modules[expert] for expert in experts if holds(name, expert)]
             module = memory.modules[name]
             return PartCosts(sum(seconds.values()) - backward, backward, inside, module.parameters, module.gradients, module.optimizer_state, module.saved_activations,
@@ -285,14 +286,10 @@ def expert_modules(model: nn.Module, blocks: list[str]) -> list[str]:
     return found
 
 
-def _tensor_bytes(value: Any) -> int:
-    return value.numel * value.dtype.itemsize if isinstance(value, TensorMeta) and value.dtype is not None else 0
-
-
 def _dispatched_bytes(recording: DispatchTrace, experts: str) -> int:
     """The rows an experts module's forward received (a row per token and expert chosen): its first
     grouped product's input."""
-    return next((_tensor_bytes(record.input(0)) for scope, record in recording.records
+    return next((tensor_bytes(record.input(0)) for scope, record in recording.records
                  if record.phase == FORWARD and record.kind == "aten::_grouped_mm" and f"/{experts}/" in f"{scope}/"), 0)
 
 
