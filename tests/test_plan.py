@@ -434,23 +434,24 @@ def test_expert_parallelism_splits_the_experts_and_sends_the_routed_rows_by_all_
         Planner(_small_llama(), 512, 8, "h100", "dgx-h100").plan(Layout(dp=4, ep=2))
 
 
-def test_the_planned_all_to_alls_are_what_transformers_expert_parallelism_runs_on_gloo_ranks(tmp_path):
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_planned_all_to_alls_are_what_transformers_expert_parallelism_runs_on_gloo_ranks(tmp_path, world):
     """A small Mixtral's training micro-batch under transformers' own expert parallelism
-    (``DistributedConfig(fsdp_size=2, ep_size=2)``: its ``AllToAllEP``) on 2 gloo processes: the
+    (``DistributedConfig(fsdp_size=world, ep_size=world)``: its ``AllToAllEP``) on 2 and 4 gloo processes: the
     plan's all-to-alls are as many as ``CommDebugMode`` counts (beside the split sizes' exchange,
     64 bytes a layer, which the plan leaves out), and their bytes, in the mean over the ranks (the
     routing decides which rank sends more), the real run's to the byte."""
-    ranks = spawn("transformers_expert_parallel", 2, tmp_path)
+    ranks = spawn("transformers_expert_parallel", world, tmp_path)
     config = _small_mixtral().config
     with torch.device("meta"):
         model = transformers.MixtralForCausalLM(config)  # float32, as the ranks built it
-    planned = [each for each in Planner(model, 512, 2, "h100", "dgx-h100").plan(Layout(dp=2, ep=2)).collectives if each.group == "expert parallel"]
-    assert [(each.name, each.group_size) for each in planned] == [("all_to_all", 2)]
+    planned = [each for each in Planner(model, 512, world, "h100", "dgx-h100").plan(Layout(dp=world, ep=world)).collectives if each.group == "expert parallel"]
+    assert [(each.name, each.group_size) for each in planned] == [("all_to_all", world)]
     split_sizes = 2 * 8 * 8  # each layer's counts: 8 experts' int64
     real_bytes = [rank["collectives"]["all_to_all"][1] + rank["collectives"]["backward.all_to_all"][1] - split_sizes for rank in ranks]
     for rank in ranks:
         assert rank["comm_debug"]["all_to_all_single"] == planned[0].calls == 8 and rank["comm_debug"]["alltoall_base_"] == 2
-    assert sum(real_bytes) / 2 == planned[0].bytes == 8 * 512 * 2 * 256 * 4
+    assert sum(real_bytes) / world == planned[0].bytes == 8 * 512 * 2 * 256 * 4
 
 
 def test_serving_with_pipeline_stages_splits_the_memory_and_sends_the_hidden_states(capsys, tmp_path):
