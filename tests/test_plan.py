@@ -301,6 +301,10 @@ def test_the_command_line_plans_a_published_row_and_searches(capsys, tmp_path):
     # a distributed optimizer: each step reduce-scatters the bf16 gradients and all-gathers the updated parameters, once each over the 48 replicas
     assert {(each["group"], each["name"], each["group_size"], each["calls"], each["bytes"]) for each in planned["collectives"]} == {
         ("data parallel", "reduce_scatter", 48, 1, 2 * parameters), ("data parallel", "all_gather", 48, 1, 2 * parameters)}
+    # the README's and docs/plan.md's scale: a 70B model's plan on 1,024 GPUs, as the docs' command asks it
+    assert main(["plan", "--published", "70B", "--gpus", "1024", "--tp", "8", "--pp", "2", "--format", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["gpus"] == 1024 and planned["layout"]["dp"] == 64 and planned["fits"] is True and 0.2 < planned["mfu"] < 0.6
     output = tmp_path / "plans.txt"
     assert main(["plan", "--example", "llama-1b", "--gpus", "8", "--batch", "16", "--sequence", "1024", "--top", "3", "--output", str(output)]) == 0
     text = output.read_text()
