@@ -3,6 +3,7 @@ Megatron-LM's published H100 throughput (predicted, never fitted)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,7 +14,7 @@ from torch import nn
 from jitflops import FlopCountAnalysis, memory_footprint
 from jitflops.cli import main
 from jitflops.engine.counting import module_aliases
-from jitflops.estimates.devices import device_spec
+from jitflops.estimates.devices import DeviceSpec, device_spec
 from jitflops.estimates.roofline import predicted_statistics
 from jitflops.handles import COMMUNICATION_FORMULAS
 from jitflops.handles.collectives import Collective
@@ -221,6 +222,105 @@ def test_tensor_parallelism_shards_parameters_and_records_its_collectives_withou
     # forward: the row-wise outputs (attention's, the MLP's); backward: each column-wise layer's input gradient (q, k, v, the MLP's up)
     assert sum(phase == "forward" for phase, _ in reduced) == 2 and sum(phase != "forward" for phase, _ in reduced) == 4
     assert [len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules()] == hooks_before
+
+
+def test_each_dtensor_op_is_counted_for_its_host_time_as_commdebugmode_lists_them():
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from torch.distributed.tensor import DTensor
+
+    from jitflops.core.model_io import ModelCall
+    from jitflops.estimates.fake_sharding import fake_process_group, shard_like_tensor_parallel
+    from jitflops.frontends.dispatch_trace import loss_backward, record_with_dispatch
+
+    ids = torch.randint(0, 1024, (1, 32))
+    with fake_process_group(2) as mesh:
+        model = small_gpt()
+        shard_like_tensor_parallel(model, mesh)
+        with CommDebugMode() as mode:
+            model(input_ids=ids, labels=ids).loss.backward()
+        model.zero_grad(set_to_none=True)
+        recording = record_with_dispatch(model, ModelCall((), {"input_ids": ids, "labels": ids}), module_aliases(model), loss_backward, guarded=False)
+    listed = [operation for module in mode.comm_module_operation_counts.values() for operation in module["operations_list"] if operation["input_sharding"]]
+    forward = sum(record.dtensor_ops for _, record in recording.records if record.phase == "forward")
+    backward = sum(record.dtensor_ops for _, record in recording.records if record.phase != "forward")
+    assert backward == sum(operation["is_bw"] for operation in listed) == 299
+    # forward: F.linear of a 3-D DTensor is 4 DTensor ops (view, t, addmm, view) in each of the 25 sharded
+    # linears, and the embedding's 1; CommDebugMode's own module tracker adds its detaches of the parameters
+    assert forward == 4 * 25 + 1
+    spec = dataclasses.replace(device_spec("h100"), name="cpu (a test's)")  # a CPU's eager step: host and kernels add up
+
+    def seconds(spec: DeviceSpec) -> float:
+        return sum(predicted_statistics(recording, spec, "eager", module_aliases(model)).counts[""].values())
+    parallel = {name for name, module in model.named_modules() if any(isinstance(p, DTensor) for p in module.parameters(recurse=False))}
+    assert len(parallel) == 4 * 6 + 2  # each block's 6 linear layers, the embedding and the head
+    inside = sum(record.dtensor_ops for _, record in recording.records if record.scope in parallel)
+    assert inside == 400 - 2  # all but the first 2 of the last block's attention backward, which its scope holds
+    with_dispatch = dataclasses.replace(spec, host_s={**spec.host_s, "dtensor": 20e-6, "parallel_dtensor": 50e-6})
+    assert seconds(with_dispatch) - seconds(spec) == pytest.approx(inside * 50e-6 + (400 - inside) * 20e-6)  # each DTensor op's dispatch once
+
+
+def test_an_optimizers_dtensor_ops_are_those_commdebugmode_lists_in_its_step():
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from jitflops.estimates.training_step_time import optimizer_dtensor_ops
+
+    mesh = DeviceMesh("cpu", [0], _init_backend=False, _rank=0)
+    parameters = [nn.Parameter(DTensor.from_local(torch.randn(4, 4), mesh, [placement], run_check=False)) for placement in (Shard(0), Shard(1), Replicate())]
+    for parameter in parameters:
+        parameter.grad = torch.ones_like(parameter)
+    optimizer = torch.optim.AdamW(parameters, foreach=False)  # a CPU's default
+    optimizer.step()
+    with CommDebugMode() as mode:
+        optimizer.step()
+    listed = sum(bool(operation["input_sharding"]) for module in mode.comm_module_operation_counts.values() for operation in module["operations_list"])
+    assert optimizer_dtensor_ops("adamw") == (0, 8) and 3 * 8 == listed  # the moments' and the update's 8 ops, per tensor
+    assert optimizer_dtensor_ops("adamw", foreach=True) == (8, 0)  # the same 8 over the list (CommDebugMode lists no sharding of a list)
+
+
+def test_a_plans_optimizer_steps_the_parts_own_tensors_and_prices_dtensors_dispatch_under_tp_and_fsdp2():
+    model = _gpt()
+    # a CPU's spec: AdamW steps each tensor by ops of its own (torch's default there), each a host call
+    spec = dataclasses.replace(device_spec("h100"), name="cpu (a test's)", host_s={**device_spec("h100").host_s, "dtensor": 20e-6})
+    block = ModelRecordings(model).costs(2, 1, 128, spec).blocks[0]
+    assert (block.parameter_tensors, block.dtensor_parameters) == (16, 12)  # q, k, v, o and the MLP's two, weights and biases; the norms stay plain
+    assert block.optimizer_host_s > 12 * 8 * 20e-6  # AdamW's 8 ops on each DTensor, each DTensor's dispatch, besides the ops' own calls
+    planner = Planner(model, 128, 8, spec, "dgx-h100")
+    assert planner.optimizer_seconds(block, 1.0, fsdp=False) == pytest.approx(block.optimizer_kernel_s + block.optimizer_host_s)
+    # ZeRO's half of the parameters halves the kernels, not the host; FSDP2 makes the 4 norms' tensors DTensors too
+    assert planner.optimizer_seconds(block, 0.5, fsdp=True) == pytest.approx(block.optimizer_kernel_s / 2 + block.optimizer_host_s + 4 * 8 * 20e-6)
+
+
+def test_fsdp2s_copies_around_its_collectives_are_the_bytes_a_real_fsdp2_step_copies():
+    from torch.distributed.fsdp import fully_shard
+
+    from jitflops.core.model_io import ModelCall
+    from jitflops.core.records import TensorMeta
+    from jitflops.estimates.fake_sharding import fake_process_group, sharding_units
+    from jitflops.frontends.dispatch_trace import loss_backward, record_with_dispatch
+
+    ids = torch.randint(0, 1024, (1, 32))
+    with fake_process_group(2) as mesh:
+        model = small_gpt()
+        for unit in sharding_units(model):
+            fully_shard(unit, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        recording = record_with_dispatch(model, ModelCall((), {"input_ids": ids, "labels": ids}), module_aliases(model), loss_backward, guarded=False)
+
+    def written(kind: str, argument: str) -> int:
+        values = [record.outputs[0] if argument == "output" else record.inputs[record.arg_names.index(argument)] for _, record in recording.records if record.kind == kind]
+        return sum(meta.numel * meta.dtype.itemsize for value in values for meta in (value if isinstance(value, list) else [value]) if isinstance(meta, TensorMeta))
+    # all_gather_copy_in returns the shard it copied in (and the buffer it lies in); the others write their ``out``
+    real = written("fsdp::all_gather_copy_in", "output") + written("fsdp::split_with_sizes_copy", "out") + written("fsdp::chunk_cat", "out")
+    cpu = dataclasses.replace(device_spec("h100"), name="cpu (a test's)")  # a CPU's thread runs every copy in turn
+    planner = Planner(small_gpt("meta"), 32, 2, cpu, "dgx-h100")
+    plan = planner.plan(Layout(tp=1, dp=2, zero=3, micro_batch=1, sequence_parallel=False))
+    planned = [planner.fsdp_copied_bytes(Collective(step.name, step.group_size, step.bytes), 2) for step in plan.collectives if step.group == "data parallel"]
+    assert sum(map(sum, planned)) == real == 27_371_520 + 27_371_520 // 2 + 14_735_360  # gathered out, shards in, gradients in
+    gpu = Planner(small_gpt("meta"), 32, 2, "h100", "dgx-h100")  # on a GPU the copies in run on the collectives' streams
+    assert sum(sum(gpu.fsdp_copied_bytes(Collective(step.name, step.group_size, step.bytes), 2)) for step in plan.collectives if step.group == "data parallel") == 27_371_520
 
 
 def test_sequence_parallelism_splits_what_tensor_parallelism_leaves_whole():

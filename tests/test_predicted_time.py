@@ -17,7 +17,7 @@ from torch import nn
 
 from jitflops.core.records import BACKWARD, EagerOpRecord, TensorMeta
 from jitflops.estimates.costs import kernel_seconds
-from jitflops.estimates.devices import DeviceSpec, DeviceSpecError
+from jitflops.estimates.devices import HOST_KINDS, DeviceSpec, DeviceSpecError
 from jitflops.estimates.execution import Timeline, modules_entered
 from jitflops.estimates.generation_time import predict_generation
 from jitflops.estimates.measured_curves import ProductGrid, curve_seconds
@@ -337,7 +337,8 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
         last = max(zip(caches[::2], caches[1::2]), key=lambda pair: int(pair[0]))
         assert spec.cache_bytes == int(last[1])
         assert spec.resident_products["float32"].weights[-1] * 4 * 2 <= spec.cache_bytes * RESIDENT_ROTATION  # the widths two weights of which a quarter of it holds
-    assert set(spec.host_s) == {"op", "view", "scalar", "module", "backward"}
+    assert set(spec.host_s) == set(HOST_KINDS)
+    assert spec.host_s["dtensor"] > spec.host_s["op"] and spec.host_s["parallel_dtensor"] > spec.host_s["op"]  # DTensor's Python on top of the op's
 
 
 def test_the_calibration_budget_comes_from_the_environment(monkeypatch):

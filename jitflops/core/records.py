@@ -251,6 +251,10 @@ class EagerOpRecord(OpRecord):
         self.nested = False
         """Made below a call that had already made an op (``F.linear``'s ``addmm`` after its ``t``):
         no call of Python's of its own (the dispatch front end tells)."""
+        self.dtensor_ops = 0
+        """The DTensor ops dispatched since the op recorded before this one, which this op ran for
+        on this rank's shards (the dispatch front end counts them, as ``CommDebugMode`` lists them):
+        each costs the host DTensor's dispatch."""
 
     @property
     def inputs(self) -> list[Any]:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..core.op_source import OpSource
+from ..core.process_groups import is_dtensor
 from ..core.records import FORWARD, OpRecord
 from ..engine.counting import Statistics, run_handle, statistics_of
 from ..engine.jit_analysis import JitModelAnalysis
@@ -47,10 +48,12 @@ def tf32_allowed(kind: str) -> bool:
 class OpTimes(Mapping[str, Handle]):
     """Every op's predicted seconds on ``spec`` in ``mode``: what it adds to the end of the run, ops
     taken in the order they ran (a :class:`~jitflops.estimates.execution.Timeline`). ``called``: the
-    modules that ran (a module entered costs the host a call)."""
+    modules that ran (a module entered costs the host a call); ``parallel``: those whose own parameters
+    are DTensors (a DTensor op in one costs the host its parallel style's conversions too)."""
 
-    def __init__(self, spec: DeviceSpec, mode: str, flop_handles: Mapping[str, Handle], traffic: TrafficFormulas, called: frozenset[str]) -> None:
-        self._spec, self._flops, self._traffic, self._called = spec, flop_handles, traffic, called
+    def __init__(self, spec: DeviceSpec, mode: str, flop_handles: Mapping[str, Handle], traffic: TrafficFormulas, called: frozenset[str],
+                 parallel: frozenset[str] = frozenset()) -> None:
+        self._spec, self._flops, self._traffic, self._called, self._parallel = spec, flop_handles, traffic, called, parallel
         self._timeline = Timeline(mode, overlapped=not is_cpu_spec(spec))
         self._module: Optional[str] = None
         self._formula = ShapeFormula(self.seconds)
@@ -69,6 +72,8 @@ class OpTimes(Mapping[str, Handle]):
         if kind is None:  # bookkeeping, a profiler's marker
             return 0.0
         host = 0.0 if getattr(op, "nested", False) and not backward else self._spec.host_seconds(kind)  # below a call already charged
+        if getattr(op, "dtensor_ops", 0):  # the DTensor ops it ran for
+            host += op.dtensor_ops * self._spec.host_seconds("parallel_dtensor" if op.scope in self._parallel else "dtensor")
         if not backward:
             entered = modules_entered(self._module or "", op.scope, self._called) + (self._module is None)  # the model's own call first
             host += entered * self._spec.host_seconds("module")
@@ -138,7 +143,8 @@ def predicted_statistics(recording: OpSource, spec: DeviceSpec, mode: str, alias
     handles that override the traffic formulas)."""
     traffic = TrafficFormulas({**BYTES_FORMULAS.handles(), **traffic_handles}, ignored | METADATA_OPS)  # views move nothing, and cost the host their call
     called = frozenset(name for scope in recording.scopes() for name in scope.split("/") if name)
-    times = OpTimes(spec, mode, FLOP_FORMULAS.handles(), traffic, called)
+    parallel = frozenset(name for module, name in aliases.items() if isinstance(module, nn.Module) and any(map(is_dtensor, module.parameters(recurse=False))))
+    times = OpTimes(spec, mode, FLOP_FORMULAS.handles(), traffic, called, parallel)
     return statistics_of(recording, times, ignored, aliases, ancestor_mode)
 
 

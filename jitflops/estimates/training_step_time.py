@@ -19,12 +19,13 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..core.model_io import ModelCall
+from ..core.process_groups import is_dtensor
 from ..core.records import BACKWARD, FORWARD, RECOMPUTE
 from ..engine.counting import module_aliases
-from ..frontends.dispatch_trace import BackwardFn, loss_backward, record_with_dispatch
+from ..frontends.dispatch_trace import BackwardFn, DispatchTrace, loss_backward, record_with_dispatch
 from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
 from .devices import device_spec, is_cpu_spec
-from .optimizers import OptimizerChoice, optimizer_factory
+from .optimizers import OptimizerChoice, OptimizerFactory, optimizer_factory
 from .roofline import WHOLE_CALLS, DeviceLike, predicted_statistics
 
 _PHASES = (BACKWARD, RECOMPUTE)
@@ -57,6 +58,38 @@ class _OptimizerStep(nn.Module):
         self.optimizer.step()
 
 
+def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFactory, fake_inputs: bool = False) -> DispatchTrace:
+    """A steady step of the optimizer ``factory`` builds (:func:`~.optimizers.optimizer_factory`) on ``parameters``, recorded: each is given a zero gradient and
+    the optimizer a first step (its state made), and the second step is recorded. DTensor parameters
+    (tensor parallelism's, FSDP2's) take their DTensor ops with them (each op's host time is priced),
+in a parameter group of their own beside plain ones (a ``foreach`` op takes one kind, not both)."""
+    for parameter in parameters:
+        parameter.grad = torch.zeros_like(parameter)
+    kinds = [[parameter for parameter in parameters if is_dtensor(parameter) == dtensor] for dtensor in (True, False)]
+    stepper = _OptimizerStep(factory([{"params": group} for group in kinds] if all(kinds) else parameters))
+    stepper()
+    return record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=fake_inputs, guarded=False)
+
+
+def optimizer_dtensor_ops(optimizer: OptimizerChoice = "adamw", foreach: bool = False) -> tuple[int, int]:
+    """The DTensor ops a steady step of ``optimizer`` runs over parameters that are DTensors (FSDP2's
+    are): (those it runs once, those it runs per tensor), each costing the host DTensor's dispatch.
+    Recorded on one and on two tiny DTensor parameters of a one-rank mesh that needs no process
+    group: AdamW's per-tensor step (a CPU's) runs 8 per tensor, the moments' and the update's ops
+    (its step counters are plain tensors); ``foreach`` runs those 8 once over all of them."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Replicate
+
+    mesh = DeviceMesh("cpu", [0], _init_backend=False, _rank=0)
+
+    def dispatches(tensors: int) -> int:
+        parameters = [nn.Parameter(DTensor.from_local(torch.zeros(2, 2), mesh, [Replicate()], run_check=False)) for _ in range(tensors)]
+        update = record_optimizer_step(parameters, optimizer_factory(optimizer, foreach=foreach))
+        return sum(record.dtensor_ops for _, record in update.records)
+    one, two = dispatches(1), dispatches(2)
+    return 2 * one - two, two - one
+
+
 def predict_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None, *, device: DeviceLike,
                           optimizer: OptimizerChoice = "adamw", mode: str = "eager", backward: Optional[BackwardFn] = None) -> StepTime:
     """The predicted time of one training step of ``model`` on ``inputs`` on ``device`` (a name of the
@@ -74,14 +107,9 @@ def predict_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mappin
         aliases = module_aliases(twin)
         step = record_with_dispatch(twin, fake_call, aliases, backward or loss_backward, fake_inputs=True, guarded=False, whole=WHOLE_CALLS,
                                     whole_as_on_a_gpu=not is_cpu_spec(spec))
-        parameters = [parameter for parameter in twin.parameters() if parameter.requires_grad]
-        for parameter in parameters:
-            parameter.grad = torch.zeros_like(parameter)
-        stepper = _OptimizerStep(factory(parameters))
-        stepper()  # the optimizer's state: a steady step finds it made
-        update = record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=True, guarded=False)
+        update = record_optimizer_step([parameter for parameter in twin.parameters() if parameter.requires_grad], factory, fake_inputs=True)
     by_phase = {FORWARD: 0.0, BACKWARD: 0.0}
     for op, seconds in predicted_statistics(step, spec, mode, aliases).counts[""].items():
         by_phase[BACKWARD if op.partition(".")[0] in _PHASES else FORWARD] += seconds
-    optimizer_s = sum(predicted_statistics(update, spec, mode, module_aliases(stepper)).counts[""].values())
+    optimizer_s = sum(predicted_statistics(update, spec, mode, {}).counts[""].values())
     return StepTime(by_phase[FORWARD], by_phase[BACKWARD], optimizer_s, spec.name, mode)

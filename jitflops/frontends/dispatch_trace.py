@@ -349,6 +349,8 @@ class _OpRecorder(TorchDispatchMode):
         """Whether ops on fake tensors are the model's (it runs on them: a count in symbolic sizes),
         not DTensor's sharding propagation."""
         self.ran_collectives = False
+        self.dtensor_ops = 0
+        """DTensor ops left to DTensor since the last op recorded (:attr:`EagerOpRecord.dtensor_ops`)."""
         self.python_calls = 0
         """Torch calls Python has made so far (:class:`_FunctionLevelRecorder` counts them)."""
         self._call_with_an_op = -1
@@ -361,6 +363,7 @@ class _OpRecorder(TorchDispatchMode):
         path = self._current_scope()
         record = signature.record(args, kwargs, output, path.rpartition("/")[2], self.tracker.phase)
         record.nested = self._call_with_an_op == self.python_calls  # the Python call made an op already
+        record.dtensor_ops, self.dtensor_ops = self.dtensor_ops, 0
         self._call_with_an_op = self.python_calls
         self.records.append((path, record))
         self.masked_scores.after(path, record)
@@ -381,6 +384,7 @@ class _OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
         if types and dispatches_to_dtensor(types):
+            self.dtensor_ops += 1
             return NotImplemented
         if isinstance(func, torch._ops.HigherOrderOperator):  # no schema, not an op of its own (DTensor's RNG wrapper)
             return func(*args, **kwargs)

@@ -36,9 +36,11 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from ..core.records import EagerOpRecord, TensorMeta
+from ..estimates.costs import kernel_seconds
 from ..estimates.devices import DeviceSpec, device_spec, is_cpu_spec
 from ..estimates.error_bands import error_note
-from ..estimates.training_step_time import predict_training_step
+from ..estimates.training_step_time import optimizer_dtensor_ops
 from ..handles.collectives import Collective
 from .collective_time import Placement, collective_seconds
 from .interconnects import Interconnect, interconnect
@@ -242,7 +244,7 @@ class Planner:
     """Plans of one model on one device and interconnect, its recordings kept across layouts."""
 
     def __init__(self, model: nn.Module, sequence: int, global_batch: int, device: Union[str, DeviceSpec], link: Union[str, Interconnect],
-                 optimizer: str = "adamw", optimizer_seconds_per_parameter: Optional[float] = None) -> None:
+                 optimizer: str = "adamw") -> None:
         self.model, self.sequence, self.global_batch = model, sequence, global_batch
         self.spec = device_spec(device)
         self.link = interconnect(link) if isinstance(link, str) else link
@@ -252,7 +254,7 @@ class Planner:
         self.optimizer = optimizer
         self.recordings = ModelRecordings(model, optimizer)
         self._forward_flops: Optional[float] = None
-        self._optimizer_per_parameter = optimizer_seconds_per_parameter
+        self._dtensor_ops: Optional[tuple[int, int]] = None
 
     @property
     def forward_flops_per_sequence(self) -> float:
@@ -260,15 +262,16 @@ class Planner:
             self._forward_flops = self.recordings.forward_flops(self.sequence)
         return self._forward_flops
 
-    def optimizer_seconds_per_parameter(self) -> float:
-        """The optimizer's steady step's time per parameter on the device (AdamW's ``foreach`` over
-        every tensor reads the parameter, its gradient and two moments and writes three), from the
-        cost model, on one large layer's weight."""
-        if self._optimizer_per_parameter is None:
-            probe = nn.Linear(4096, 4096, bias=False, device="meta")
-            step = predict_training_step(probe, torch.zeros(8, 4096, device="meta"), device=self.spec, optimizer=self.optimizer)
-            self._optimizer_per_parameter = step.optimizer_s / probe.weight.numel()
-        return self._optimizer_per_parameter
+    def optimizer_seconds(self, part: PartCosts, share: float, fsdp: bool) -> float:
+        """The optimizer's steady step on a rank holding ``part``: its recorded kernels on the
+        ``share`` of the parameters the rank steps (ZeRO's), its host time whole, and under ``fsdp``
+        DTensor's dispatch of each of its ops on the tensors FSDP2 made DTensors."""
+        if self._dtensor_ops is None:
+            self._dtensor_ops = optimizer_dtensor_ops(self.optimizer, foreach=not is_cpu_spec(self.spec))
+        once, per_tensor = self._dtensor_ops
+        newly = part.parameter_tensors - part.dtensor_parameters if fsdp else 0
+        dispatches = (0 if part.dtensor_parameters else once) + per_tensor * newly if newly else 0
+        return part.optimizer_kernel_s * share + part.optimizer_host_s + dispatches * self.spec.host_seconds("dtensor")
 
     def plan(self, layout: Layout, tokens: Optional[float] = None, tp_overlap: bool = True) -> TrainingPlan:
         """The plan of ``layout``: it must use every GPU of its product and divide the model's layers."""
@@ -317,8 +320,8 @@ class Planner:
         part = per_rank[slowest]
         blocks_per_rank = [sum(end - start for start, end in ranges[rank::layout.pp]) for rank in range(layout.pp)]
         data_parallel, dp_calls = self._data_parallel(layout, part, _units(costs, ranges, layout, slowest), micro_batches)
-        parameters = _sharded(layout, part.parameter_bytes, part.expert_parameter_bytes, layout.zero >= 1) / max(self._element_size(), 1)
-        optimizer = self.optimizer_seconds_per_parameter() * parameters
+        share = _sharded(layout, part.parameter_bytes, part.expert_parameter_bytes, layout.zero >= 1) / max(part.parameter_bytes, 1)
+        optimizer = self.optimizer_seconds(part, share, fsdp=layout.zero == 3 and layout.dp * layout.cp > 1)
         breakdown = replace(step.scaled(micro_batches), bubble_s=bubble, data_parallel_s=data_parallel, optimizer_s=optimizer)
 
         def per_step(collectives: list[tuple[str, Collective]]) -> list[tuple[Collective, int]]:
@@ -369,9 +372,6 @@ class Planner:
     def _dtype(self) -> torch.dtype:
         return next((parameter.dtype for parameter in self.model.parameters() if parameter.is_floating_point()), torch.float32)
 
-    def _element_size(self) -> int:
-        return self._dtype().itemsize
-
     def _data_parallel(self, layout: Layout, part: PartCosts, units: list[tuple[float, float, bool]], micro_batches: int) -> tuple[float, list[tuple[Collective, int]]]:
         """The data-parallel collectives' exposed time (what outlasts the compute it overlaps), and
         each collective with its calls per step. The dense parameters' replicas are the data- and
@@ -388,11 +388,13 @@ class Planner:
         shares = [(dense, part.parameter_bytes - part.expert_parameter_bytes, part.gradient_bytes - part.expert_gradient_bytes),
                   (expert, part.expert_parameter_bytes / layout.ep, part.expert_gradient_bytes / layout.ep)]
         shares = [(group, parameters, gradients) for group, parameters, gradients in shares if group.size > 1 and gradients]
+        copies = 0.0
         if layout.zero == 3:
             forward = [(Collective("all_gather", replicas, int(parameters)), dense) for parameters, _, _ in units] if replicas > 1 else []
             backward = ([(Collective("all_gather", replicas, int(parameters)), dense) for parameters, _, root in units if not root]
                         + [(Collective("reduce_scatter", replicas, int(gradients)), dense) for _, gradients, _ in units]) if replicas > 1 else []
             per_step = micro_batches
+            copies = sum(self._copy_seconds(size) for collective, _ in forward + backward for size in self.fsdp_copied_bytes(collective, replicas))
         elif layout.zero == 0:
             forward, backward, per_step = [], [(Collective("all_reduce", group.size, int(gradients)), group) for group, _, gradients in shares], 1
         else:
@@ -401,7 +403,24 @@ class Planner:
 
         def exposed(calls: list[tuple[Collective, Placement]], compute: float) -> float:
             return max(0.0, sum(collective_seconds(collective, self.link, group) for collective, group in calls) - (compute if self._overlaps else 0.0))
-        return per_step * (exposed(forward, part.forward_s) + exposed(backward, part.backward_s)), [(collective, per_step) for collective, _ in forward + backward]
+        return per_step * (exposed(forward, part.forward_s) + exposed(backward, part.backward_s) + copies), [(collective, per_step) for collective, _ in forward + backward]
+
+    def fsdp_copied_bytes(self, collective: Collective, replicas: int) -> list[float]:
+        """FSDP2's copies around one of its collectives on the critical path, in bytes: an
+        all-gather's copy of the gathered parameters out of its buffer into each one's own storage
+        (``split_with_sizes_copy``, on the compute stream) and, on a CPU, where every copy takes the
+        one thread in turn, its copy of the rank's shard in; a reduce-scatter's copy of the
+        gradients into its buffer (``chunk_cat``: on a GPU on the reduce-scatter's stream, overlapped)."""
+        whole = collective.bytes
+        if collective.name == "all_gather":
+            return [whole] + ([] if self._overlaps else [whole / replicas])
+        return [] if self._overlaps else [whole]
+
+    def _copy_seconds(self, size: float) -> float:
+        """The kernel of a copy of ``size`` bytes of the model's dtype on the device: the spec's curve of copies, else the roofline."""
+        dtype = self._dtype()
+        tensor = TensorMeta((int(size) // dtype.itemsize,), dtype)
+        return kernel_seconds(EagerOpRecord("aten::clone", [tensor], [tensor]), self.spec, 0.0, 2.0 * size)
 
     def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, blocks: int, largest_block: int, sequence: int) -> int:
         """A stage's rank's peak, less the step's transient (:meth:`ModelRecordings.transient`, added

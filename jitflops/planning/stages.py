@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -25,15 +26,18 @@ import torch
 from torch import nn
 
 from ..core.model_io import ModelCall
+from ..core.process_groups import is_dtensor
 from ..core.records import FORWARD
 from ..engine.counting import module_aliases
 from ..engine.flop_count import FlopCountAnalysis
 from ..estimates.costs.attention import ATTENTION_KERNELS
-from ..estimates.devices import DeviceSpec, is_cpu_spec
+from ..estimates.devices import HOST_KINDS, DeviceSpec, is_cpu_spec
 from ..estimates.fake_sharding import fake_process_group, sharding_units, shard_like_tensor_parallel
 from ..estimates.memory_estimate import MemoryEstimate
 from ..estimates.memory_footprint import memory_footprint
+from ..estimates.optimizers import optimizer_factory
 from ..estimates.roofline import WHOLE_CALLS, predicted_statistics
+from ..estimates.training_step_time import record_optimizer_step
 from ..frontends.dispatch_trace import DispatchTrace, loss_backward, record_with_dispatch
 from ..frontends.meta_values import empty_copy
 from ..handles import COMMUNICATION_FORMULAS, collective_of
@@ -69,6 +73,14 @@ class PartCosts:
     """Its mixture-of-experts layers' calls of their experts."""
     dispatched_bytes: int = 0
     """The rows the routers send the experts, in all: a row per token and expert chosen, of the hidden size."""
+    optimizer_kernel_s: float = 0.0
+    """The optimizer's steady step on its parameters (as tensor parallelism shards them): its kernels'
+    seconds, which ZeRO's sharding divides, and (below) the host's, which it does not."""
+    optimizer_host_s: float = 0.0
+    parameter_tensors: int = 0
+    """Its parameters' tensors (FSDP2 makes each a DTensor)."""
+    dtensor_parameters: int = 0
+    """Those of them tensor parallelism made DTensors (the optimizer's host time above has their dispatch)."""
 
     def __add__(self, other: "PartCosts") -> "PartCosts":
         return PartCosts(*(getattr(self, field.name) + getattr(other, field.name) for field in dataclasses.fields(PartCosts)))
@@ -148,6 +160,7 @@ class ModelRecordings:
         self.block_order = tuple(kinds.setdefault(_signature(block), len(kinds)) for block in blocks)
         self._firsts = [self.block_order.index(kind) for kind in range(len(kinds))]
         self._recordings: dict[tuple[int, int, int, bool], tuple[DispatchTrace, nn.Module, list[str]]] = {}
+        self._optimizer_steps: dict[tuple[int, int, int, bool], dict[str, DispatchTrace]] = {}
         self._memory: dict[tuple[int, int, int, bool], MemoryEstimate] = {}
         self._costs: dict[tuple[Any, ...], tuple[DeviceSpec, ModelCosts]] = {}
         self._cut: Optional[tuple[nn.Module, list[str]]] = None
@@ -186,14 +199,22 @@ class ModelRecordings:
         if key not in self._recordings:
             twin, call, names = self._cut_copy(micro_batch, sequence)
             twin.train()
-            if tp == 1:
-                recording = record_with_dispatch(twin, call, module_aliases(twin), loss_backward, guarded=False, whole=WHOLE_CALLS, whole_as_on_a_gpu=gpu)
-            else:
-                with fake_process_group(tp) as mesh:
+            with fake_process_group(tp) if tp > 1 else nullcontext() as mesh:
+                if tp > 1:
                     shard_like_tensor_parallel(twin, mesh)
-                    recording = record_with_dispatch(twin, call, module_aliases(twin), loss_backward, guarded=False, whole=WHOLE_CALLS, whole_as_on_a_gpu=gpu)
+                recording = record_with_dispatch(twin, call, module_aliases(twin), loss_backward, guarded=False, whole=WHOLE_CALLS, whole_as_on_a_gpu=gpu)
+                self._optimizer_steps[key] = self._optimizer_steps_of(twin, names, gpu)
             self._recordings[key] = (recording, twin, names)
         return self._recordings[key]
+
+    def _optimizer_steps_of(self, twin: nn.Module, names: list[str], gpu: bool) -> dict[str, DispatchTrace]:
+        """The optimizer's steady step on each block's parameters and on the rest's (the outside, "")
+        of the cut copy, recorded (``foreach`` on a GPU, per tensor on a CPU, as torch's defaults are)."""
+        factory = optimizer_factory(self.optimizer, foreach=gpu)
+        blocks = {name: list(twin.get_submodule(name).parameters()) for name in names}
+        inside = {id(parameter) for parameters in blocks.values() for parameter in parameters}
+        blocks[""] = [parameter for parameter in twin.parameters() if id(parameter) not in inside]
+        return {name: record_optimizer_step(parameters, factory) for name, parameters in blocks.items()}
 
     def memory(self, tp: int, micro_batch: int, sequence: int, fsdp: bool = False) -> MemoryEstimate:
         """The training step's memory estimate of the cut copy on one rank of ``tp``; with ``fsdp``,
@@ -224,8 +245,12 @@ class ModelRecordings:
         return self._costs[key][1]
 
     def _priced(self, tp: int, micro_batch: int, sequence: int, spec: DeviceSpec, mode: str, sequence_parallel: bool) -> ModelCosts:
-        recording, twin, names = self.recording(tp, micro_batch, sequence, gpu=not is_cpu_spec(spec))
+        gpu = not is_cpu_spec(spec)
+        recording, twin, names = self.recording(tp, micro_batch, sequence, gpu=gpu)
         statistics = predicted_statistics(recording, spec, mode, module_aliases(twin), ignored=COMMUNICATION_FORMULAS.kinds())  # priced by their links
+        kernels_only = dataclasses.replace(spec, launch_s=0.0, host_s=dict.fromkeys(HOST_KINDS, 0.0))
+        optimizer = {name: [sum(predicted_statistics(step, each, mode, {}).counts[""].values()) for each in (spec, kernels_only)]
+                     for name, step in self._optimizer_steps[(tp, micro_batch, sequence, gpu)].items()}
         memory = self.memory(tp, micro_batch, sequence)
         collectives = [(scope, record.phase, collective_of(record)) for scope, record in recording.records if record.kind in COMMUNICATION_FORMULAS.kinds()]
 
@@ -251,10 +276,13 @@ class ModelRecordings:
             key_values = sum(tensor_bytes(record.input(1)) + tensor_bytes(record.input(2)) for record in calls)
             own_experts = [memory.modules[expert] for expert in experts if holds(name, expert)]
             module = memory.modules[name]
+            tensors = list(twin.get_submodule(name).parameters())
+            step_s, kernels_s = optimizer[name] if name else [sum(each) for each in zip(*optimizer.values())]
             return PartCosts(sum(seconds.values()) - backward, backward, inside, module.parameters, module.gradients, module.optimizer_state, module.saved_activations,
                              attention_forward, attention_backward, len(calls), key_values, sum(each.parameters for each in own_experts),
                              sum(each.gradients for each in own_experts), sum(each.optimizer_state for each in own_experts), len(own_experts),
-                             sum(dispatched for expert, dispatched in dispatches.items() if holds(name, expert)))
+                             sum(dispatched for expert, dispatched in dispatches.items() if holds(name, expert)),
+                             kernels_s, step_s - kernels_s, len(tensors), sum(map(is_dtensor, tensors)))
 
         blocks = [part(name) for name in names]
         root = part("")

@@ -4,7 +4,8 @@ its kernels.
 Timed as the median per call of a loop of many: a tiny op that dispatches a kernel (``torch.add``
 of two one-element tensors: Python, the dispatcher and an allocation), a view (``view``), a read of
 a size (``size(0)``), a call of a module that does nothing (``nn.Module.__call__``'s machinery),
-and the backward of a chain of tiny products (the autograd engine's call of each backward op).
+the backward of a chain of tiny products (the autograd engine's call of each backward op), and
+DTensor's dispatch of an op, alone and in a tensor-parallel module (:func:`_dtensor_per_op`).
 On a GPU the loop is synchronised once at its end: each op's time is what the host takes to issue
 it, where the kernel is tinier than that.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -24,19 +25,22 @@ CALLS = 2000
 """Calls per timed loop; the median of 5 loops is taken."""
 
 
-def _per_call(device: torch.device, run: Callable[[], object]) -> float:
-    for _ in range(100):
+def _per_call(device: torch.device, run: Callable[[], object], calls: int = CALLS) -> float:
+    for _ in range(calls // 20):
         run()
     samples = []
     for _ in range(5):
         synchronize(device)
         start = time.perf_counter()
-        for _ in range(CALLS):
+        for _ in range(calls):
             run()
         synchronize(device)
-        samples.append((time.perf_counter() - start) / CALLS)
+        samples.append((time.perf_counter() - start) / calls)
     return statistics.median(samples)
 
+
+STEP_CALLS = 100
+"""Calls per timed loop of an optimizer's step or a tiny MLP's forward and backward (0.1 to 1.5 ms each on a 2-core EPYC)."""
 
 BACKWARD_CHAIN = 200
 """Tiny ops in the chain whose backward times the autograd engine's call of a backward op."""
@@ -61,10 +65,70 @@ def _backward_per_op(device: torch.device) -> float:
     return statistics.median(samples)
 
 
+PARALLEL_WIDTH = 8
+"""The width of the tiny tensor-parallel MLP (its hidden layer four times it) that times DTensor in a parallel module."""
+
+
+def _mlp() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(PARALLEL_WIDTH, 4 * PARALLEL_WIDTH), nn.GELU(), nn.Linear(4 * PARALLEL_WIDTH, PARALLEL_WIDTH))
+
+
+def _parallel_mlp(mesh: Any, device: torch.device) -> nn.Sequential:
+    """:func:`_mlp` by Megatron's tensor-parallel plan (column-wise, then row-wise) on ``mesh``: its
+    parameters made DTensors first, so that no process group is needed to scatter them."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mlp = _mlp().to(device)
+    for index, (weight, bias) in ((0, (Shard(0), Shard(0))), (2, (Shard(1), Replicate()))):
+        layer = mlp[index]
+        layer.weight = nn.Parameter(DTensor.from_local(layer.weight.detach(), mesh, [weight], run_check=False))
+        layer.bias = nn.Parameter(DTensor.from_local(layer.bias.detach(), mesh, [bias], run_check=False))
+    return parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+
+
+def _adamw_step(parameter: nn.Parameter) -> Callable[[], object]:
+    """A steady step of AdamW (per tensor) on ``parameter``, its state made."""
+    parameter.grad = torch.zeros_like(parameter)
+    optimizer = torch.optim.AdamW([parameter], foreach=False)
+    optimizer.step()
+    return optimizer.step
+
+
+def _dtensor_per_op(device: torch.device) -> dict[str, float]:
+    """DTensor's host time per op beyond the op's own, where torch has DTensor, on a mesh of this one
+    rank built without a process group (a run under ``torchrun`` calibrates beside its own), per
+    DTensor op its recording counts: ``dtensor``, AdamW's step on a tiny DTensor parameter less on a
+    plain one (an optimizer's ops are most of the DTensor ops outside a parallel module);
+    ``parallel_dtensor``, a tiny tensor-parallel MLP's forward and backward less the plain MLP's (on
+    a 2-core EPYC 20 and 45 us: a parallel style's conversions cost more than its ops' dispatch)."""
+    if not torch.distributed.is_available():
+        return {}
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Replicate
+
+    from ...core.model_io import ModelCall
+    from ...engine.counting import module_aliases
+    from ...estimates.training_step_time import optimizer_dtensor_ops
+    from ...frontends.dispatch_trace import record_with_dispatch
+
+    mesh = DeviceMesh(device.type, [0], _init_backend=False, _rank=0)
+    plain_step = _adamw_step(nn.Parameter(torch.zeros(2, 2, device=device)))
+    dtensor_step = _adamw_step(nn.Parameter(DTensor.from_local(torch.zeros(2, 2, device=device), mesh, [Replicate()], run_check=False)))
+    per_step = _per_call(device, dtensor_step, calls=STEP_CALLS) - _per_call(device, plain_step, calls=STEP_CALLS)
+    plain, parallel = _mlp().to(device), _parallel_mlp(mesh, device)
+    inputs = torch.randn(2, 4, PARALLEL_WIDTH, device=device)
+    recording = record_with_dispatch(parallel, ModelCall((inputs,), {}), module_aliases(parallel), lambda output: output.sum().backward(), guarded=False)
+    dispatched = sum(record.dtensor_ops for _, record in recording.records)
+    per_pass = (_per_call(device, lambda: parallel(inputs).sum().backward(), calls=STEP_CALLS)
+                - _per_call(device, lambda: plain(inputs).sum().backward(), calls=STEP_CALLS))
+    return {"dtensor": max(0.0, per_step / sum(optimizer_dtensor_ops("adamw"))), "parallel_dtensor": max(0.0, per_pass / dispatched)}
+
+
 def host_seconds(device: torch.device) -> dict[str, float]:
     """Seconds per call of each kind (:data:`~jitflops.estimates.devices.HOST_KINDS`)."""
     a, b = torch.ones(1, device=device), torch.ones(1, device=device)
     identity = nn.Identity()
     op = _per_call(device, lambda: torch.add(a, b))
     return {"op": op, "view": _per_call(device, lambda: a.view(1)), "scalar": _per_call(device, lambda: a.size(0)),
-            "module": _per_call(device, lambda: identity(a)), "backward": _backward_per_op(device)}
+            "module": _per_call(device, lambda: identity(a)), "backward": _backward_per_op(device), **_dtensor_per_op(device)}
