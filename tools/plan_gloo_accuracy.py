@@ -11,17 +11,19 @@ For each world size (2 and 4 processes on the loopback):
    parallelism by the model's own plan, and FSDP2 by tensor parallelism on a 2-D mesh (4 ranks).
    A step is a forward with the loss, its backward, AdamW's step and zeroing the gradients, on a
    micro-batch of 4 sequences per data-parallel replica; every rank waits at a barrier before each
-   step, and a step's time is its slowest rank's. The median of the timed steps, after 2 warm-ups.
+   step, and a step's time is its slowest rank's. The median of the timed steps, after 2 warm-ups; the layouts take their steps in turn.
 3. ``plan_training`` predicts the same layout on the calibrated CPU and loopback, with the model
    built on meta. torch's eager tensor parallelism waits for each collective where it is issued,
    so the plan is asked for tensor-parallel collectives not overlapped with compute
    (``tp_overlap=False``); transformers' plans have no sequence parallelism.
 
-Prints each layout's planned and measured step and the error, and writes them (and both
-calibrations' summaries) to ``tools/plan_gloo_results.json``. About 4 minutes on a 2-core VM.
+Each round calibrates both afresh and times the layouts in turn, step by step (the machine's drift
+falls on each alike); a layout's error is its median over the rounds (3 by default), printed with
+its range. Writes each round's rows (planned and measured step, the plan's breakdown, the link's
+fit) and the medians to ``tools/plan_gloo_results.json``. About 4 minutes a round on a 2-core VM.
 
     python tools/plan_gloo_accuracy.py
-    python tools/plan_gloo_accuracy.py --worlds 2 --steps 8
+    python tools/plan_gloo_accuracy.py --worlds 2 --rounds 1 --steps 8
 """
 
 from __future__ import annotations
@@ -94,8 +96,8 @@ def _training_rank(rank: int, world: int, port: int, folder: str, layouts: list[
 
     torch.set_num_threads(_threads(world))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    times: dict[str, list[float]] = {}
     try:
+        runs = {}
         for layout in layouts:
             tp, dp, zero = _sizes(layout, world)
             mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
@@ -108,11 +110,11 @@ def _training_rank(rank: int, world: int, port: int, folder: str, layouts: list[
                 fully_shard(model, mesh=mesh["dp"])
             elif dp > 1:
                 model = DistributedDataParallel(model)
-            optimizer = torch.optim.AdamW(model.parameters())
             generator = torch.Generator().manual_seed(mesh["dp"].get_local_rank())  # each replica its own batch, each tp group the same
-            ids = torch.randint(0, 1024, (MICRO_BATCH, SEQUENCE), generator=generator)
-            seconds = []
-            for step in range(steps + 2):
+            runs[layout] = (model, torch.optim.AdamW(model.parameters()), torch.randint(0, 1024, (MICRO_BATCH, SEQUENCE), generator=generator))
+        times: dict[str, list[float]] = {layout: [] for layout in layouts}
+        for step in range(steps + 2):
+            for layout, (model, optimizer, ids) in runs.items():  # the layouts in turn: the machine's drift falls on each alike
                 dist.barrier()
                 started = time.perf_counter()
                 model(input_ids=ids, labels=ids).loss.backward()
@@ -121,9 +123,7 @@ def _training_rank(rank: int, world: int, port: int, folder: str, layouts: list[
                 elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
                 if step >= 2:
-                    seconds.append(elapsed.item())
-            times[layout] = seconds
-            del model, optimizer
+                    times[layout].append(elapsed.item())
         if rank == 0:
             Path(folder, "times.json").write_text(json.dumps(times))
         dist.barrier()
@@ -169,14 +169,26 @@ def run_world(world: int, steps: int, budget: float) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worlds", nargs="*", type=int, default=[2, 4])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, each calibrating afresh: an error is the median over them")
     parser.add_argument("--steps", type=int, default=6, help="timed steps per layout (after 2 warm-ups)")
     parser.add_argument("--budget", type=float, default=20.0, help="each rank's CPU calibration budget, seconds")
     parser.add_argument("--output", default=str(REPO / "tools" / "plan_gloo_results.json"))
     args = parser.parse_args()
-    rows = [row for world in args.worlds for row in run_world(world, args.steps, args.budget)]
-    errors = [abs(row["error"]) for row in rows]
+    rounds = []
+    for index in range(args.rounds):
+        print(f"round {index + 1}", flush=True)
+        rounds.append([row for world in args.worlds for row in run_world(world, args.steps, args.budget)])
+    summary = []
+    for position, first in enumerate(rounds[0]):
+        errors = [each[position]["error"] for each in rounds]
+        summary.append({"world": first["world"], "layout": first["layout"], "error": statistics.median(errors), "errors": errors,
+                        "planned_s": statistics.median(each[position]["planned_s"] for each in rounds),
+                        "measured_s": statistics.median(each[position]["measured_s"] for each in rounds)})
+        print(f"{first['world']} ranks  {first['layout']:26} error {summary[-1]['error']:+.0%} over {len(errors)} rounds "
+              f"({min(errors):+.0%} to {max(errors):+.0%})")
+    errors = [abs(row["error"]) for row in summary]
     print(f"median |error| {statistics.median(errors):.0%}, worst {max(errors):.0%}; within 25%: {sum(e <= 0.25 for e in errors)} of {len(errors)}")
-    Path(args.output).write_text(json.dumps({"rows": rows, "torch": torch.__version__, "cores": os.cpu_count(),
+    Path(args.output).write_text(json.dumps({"rows": summary, "rounds": rounds, "torch": torch.__version__, "cores": os.cpu_count(),
                                              "date": time.strftime("%Y-%m-%d")}, indent=1) + "\n")
     return 0
 
