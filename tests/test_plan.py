@@ -288,9 +288,16 @@ def test_a_plans_optimizer_steps_the_parts_own_tensors_and_prices_dtensors_dispa
     assert (block.parameter_tensors, block.dtensor_parameters) == (16, 12)  # q, k, v, o and the MLP's two, weights and biases; the norms stay plain
     assert block.optimizer_host_s > 12 * 8 * 20e-6  # AdamW's 8 ops on each DTensor, each DTensor's dispatch, besides the ops' own calls
     planner = Planner(model, 128, 8, spec, "dgx-h100")
-    assert planner.optimizer_seconds(block, 1.0, fsdp=False) == pytest.approx(block.optimizer_kernel_s + block.optimizer_host_s)
+    costs = planner.recordings.costs(2, 1, 128, spec)
+    two = costs.blocks[0] + costs.blocks[0]
+    assert planner.optimizer_seconds(two, 1.0, False, costs) == pytest.approx(2 * (block.optimizer_kernel_s + block.optimizer_host_s))  # each tensor its ops
     # ZeRO's half of the parameters halves the kernels, not the host; FSDP2 makes the 4 norms' tensors DTensors too
-    assert planner.optimizer_seconds(block, 0.5, fsdp=True) == pytest.approx(block.optimizer_kernel_s / 2 + block.optimizer_host_s + 4 * 8 * 20e-6)
+    assert planner.optimizer_seconds(block, 0.5, True, costs) == pytest.approx(block.optimizer_kernel_s / 2 + block.optimizer_host_s + 4 * 8 * 20e-6)
+    # a GPU's foreach step takes each op over every tensor at once: its host time once, however many blocks
+    gpu = Planner(model, 128, 8, "h100", "dgx-h100")
+    costs = gpu.recordings.costs(2, 1, 128, gpu.spec)
+    one, two = costs.blocks[0], costs.blocks[0] + costs.blocks[0]
+    assert gpu.optimizer_seconds(two, 1.0, False, costs) - gpu.optimizer_seconds(one, 1.0, False, costs) == pytest.approx(one.optimizer_kernel_s)
 
 
 def test_fsdp2s_copies_around_its_collectives_are_the_bytes_a_real_fsdp2_step_copies():

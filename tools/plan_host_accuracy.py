@@ -7,9 +7,9 @@ which move by tens of percent from run to run on a VM, with the compute. Here th
 its training step on torch's fake process group of 2 ranks (every collective completes at once),
 on one thread, as one rank of a run of 2 would: plain, by tensor parallelism (the model's own plan:
 its parameters are DTensors, its ops DTensor's) and by FSDP2 (each block, then the root). Each
-round calibrates the CPU afresh (``jitflops calibrate`` on one thread), times each layout
-interleaved (the median of 5 steps after 2, the forward with the backward, and AdamW's step
-apart), and plans the same layouts on that spec (the forward and backward planned: the compute and
+round calibrates the CPU afresh (``jitflops calibrate`` on one thread), times the layouts taking
+their steps in turn (the median of 5 steps after 2, the forward with the backward, and AdamW's
+step apart), and plans the same layouts on that spec (the forward and backward planned: the compute and
 FSDP2's buffer copies); an error is the median over the rounds. The
 ratio of each sharded layout's forward and backward to the plain one's, within one round, is the
 figure the machine's drift does not move.
@@ -44,32 +44,36 @@ LAYOUTS = {"plain": (1, 1, 0), "tensor_parallel": (2, 1, 1), "fsdp2": (1, 2, 3)}
 """name: (tp, dp, zero) of a run of 2 ranks (plain: one rank's whole model, as DDP's compute)."""
 
 
-def _timed(layout: str) -> tuple[float, float]:
-    """The median (forward and backward, optimizer step) seconds of ``layout``'s training step."""
+def _timed() -> dict[str, tuple[float, float]]:
+    """Each layout's median (forward and backward, optimizer step) seconds, the layouts stepping in turn."""
     from sharded_cases import small_gpt
     from torch.distributed.fsdp import fully_shard
 
     ids = torch.randint(0, 1024, (MICRO_BATCH, SEQUENCE), generator=torch.Generator().manual_seed(0))
     with fake_process_group(2) as mesh:
-        model = small_gpt()
-        if layout == "tensor_parallel":
-            shard_like_tensor_parallel(model, mesh)
-        elif layout == "fsdp2":
-            for unit in sharding_units(model):
-                fully_shard(unit, mesh=mesh)
-            fully_shard(model, mesh=mesh)
-        optimizer = torch.optim.AdamW(model.parameters())
-        passes, steps = [], []
+        runs = {}
+        for layout in LAYOUTS:
+            model = small_gpt()
+            if layout == "tensor_parallel":
+                shard_like_tensor_parallel(model, mesh)
+            elif layout == "fsdp2":
+                for unit in sharding_units(model):
+                    fully_shard(unit, mesh=mesh)
+                fully_shard(model, mesh=mesh)
+            runs[layout] = (model, torch.optim.AdamW(model.parameters()))
+        passes: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
+        steps: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
         for step in range(STEPS + 2):
-            started = time.perf_counter()
-            model(input_ids=ids, labels=ids).loss.backward()
-            middle = time.perf_counter()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if step >= 2:
-                passes.append(middle - started)
-                steps.append(time.perf_counter() - middle)
-    return statistics.median(passes), statistics.median(steps)
+            for layout, (model, optimizer) in runs.items():
+                started = time.perf_counter()
+                model(input_ids=ids, labels=ids).loss.backward()
+                middle = time.perf_counter()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if step >= 2:
+                    passes[layout].append(middle - started)
+                    steps[layout].append(time.perf_counter() - middle)
+    return {layout: (statistics.median(passes[layout]), statistics.median(steps[layout])) for layout in LAYOUTS}
 
 
 def _planned(layout: str, spec: str) -> tuple[float, float]:
@@ -88,7 +92,7 @@ def _planned(layout: str, spec: str) -> tuple[float, float]:
 def one_round(folder: str, index: int) -> dict:
     spec = str(Path(folder, f"spec{index}.json"))
     Path(spec).write_text(calibrate("cpu").to_json())
-    measured = {layout: _timed(layout) for layout in LAYOUTS}
+    measured = _timed()
     planned = {layout: _planned(layout, spec) for layout in LAYOUTS}
     host = json.loads(Path(spec).read_text())["host_s"]
     return {"measured": measured, "planned": planned, "dtensor_us": host.get("dtensor", 0) * 1e6, "parallel_dtensor_us": host.get("parallel_dtensor", 0) * 1e6}

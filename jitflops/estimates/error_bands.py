@@ -28,7 +28,7 @@ before, which priced every product from memory and a decode step's attention at 
 one's time)."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28): docs/benchmarks.md",
-          "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-27: docs/plan.md"}
+          "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-27 and 2026-11-28: docs/plan.md"}
 
 
 def device_class(spec: DeviceSpec) -> str:

@@ -262,16 +262,20 @@ class Planner:
             self._forward_flops = self.recordings.forward_flops(self.sequence)
         return self._forward_flops
 
-    def optimizer_seconds(self, part: PartCosts, share: float, fsdp: bool) -> float:
-        """The optimizer's steady step on a rank holding ``part``: its recorded kernels on the
-        ``share`` of the parameters the rank steps (ZeRO's), its host time whole, and under ``fsdp``
+    def optimizer_seconds(self, part: PartCosts, share: float, fsdp: bool, costs: ModelCosts) -> float:
+        """The optimizer's steady step on a rank holding ``part`` of the model's ``costs``: its
+        recorded kernels on the ``share`` of the parameters the rank steps (ZeRO's); its host time
+        (and a GPU's launches), each tensor's on a CPU, where each tensor takes ops of its own, and
+        on a GPU one part's, where each ``foreach`` op takes every tensor at once; and under ``fsdp``
         DTensor's dispatch of each of its ops on the tensors FSDP2 made DTensors."""
+        foreach = not is_cpu_spec(self.spec)
         if self._dtensor_ops is None:
-            self._dtensor_ops = optimizer_dtensor_ops(self.optimizer, foreach=not is_cpu_spec(self.spec))
+            self._dtensor_ops = optimizer_dtensor_ops(self.optimizer, foreach=foreach)
         once, per_tensor = self._dtensor_ops
         newly = part.parameter_tensors - part.dtensor_parameters if fsdp else 0
         dispatches = (0 if part.dtensor_parameters else once) + per_tensor * newly if newly else 0
-        return part.optimizer_kernel_s * share + part.optimizer_host_s + dispatches * self.spec.host_seconds("dtensor")
+        host = max(each.optimizer_host_s for each in (costs.outside, *costs.blocks)) if foreach else part.optimizer_host_s
+        return part.optimizer_kernel_s * share + host + dispatches * self.spec.host_seconds("dtensor")
 
     def plan(self, layout: Layout, tokens: Optional[float] = None, tp_overlap: bool = True) -> TrainingPlan:
         """The plan of ``layout``: it must use every GPU of its product and divide the model's layers."""
@@ -321,7 +325,7 @@ class Planner:
         blocks_per_rank = [sum(end - start for start, end in ranges[rank::layout.pp]) for rank in range(layout.pp)]
         data_parallel, dp_calls = self._data_parallel(layout, part, _units(costs, ranges, layout, slowest), micro_batches)
         share = _sharded(layout, part.parameter_bytes, part.expert_parameter_bytes, layout.zero >= 1) / max(part.parameter_bytes, 1)
-        optimizer = self.optimizer_seconds(part, share, fsdp=layout.zero == 3 and layout.dp * layout.cp > 1)
+        optimizer = self.optimizer_seconds(part, share, layout.zero == 3 and layout.dp * layout.cp > 1, costs)
         breakdown = replace(step.scaled(micro_batches), bubble_s=bubble, data_parallel_s=data_parallel, optimizer_s=optimizer)
 
         def per_step(collectives: list[tuple[str, Collective]]) -> list[tuple[Collective, int]]:
