@@ -284,7 +284,8 @@ def small_gpt(device: str = "cpu") -> nn.Module:
 def planned_layouts(rank: int, world: int) -> dict[str, Any]:
     """The small GPT's training micro-batch (forward, and backward from its loss) as the plan's
     layouts run it: tensor parallelism by the model's own plan, and FSDP2 (each block, then the
-    root), over the ``world`` ranks; the collectives ``CommDebugMode`` sees, and their bytes."""
+    root), over the ``world`` ranks; the collectives ``CommDebugMode`` sees, and their bytes; and
+    the bytes DDP's backward copies beyond the plain model's (its gradients into its buckets)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from jitflops.estimates.fake_sharding import shard_like_fsdp2, shard_like_tensor_parallel
@@ -301,7 +302,23 @@ def planned_layouts(rank: int, world: int) -> dict[str, Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             figures[name]["collectives"] = collectives(CommunicationAnalysis(model, (), {"input_ids": ids, "labels": ids}, backend="dispatch", backward=True))
+    figures["ddp_copied_bytes"] = _backward_copied_bytes(nn.parallel.DistributedDataParallel(small_gpt()), ids) - _backward_copied_bytes(small_gpt(), ids)
     return figures
+
+
+def _backward_copied_bytes(model: nn.Module, ids: torch.Tensor) -> int:
+    """The bytes the ``copy_`` ops of a training micro-batch's backward write (after a first one:
+    DDP builds its buckets then)."""
+    from jitflops.core.model_io import ModelCall
+    from jitflops.core.records import FORWARD
+    from jitflops.engine.counting import module_aliases
+    from jitflops.frontends.dispatch_trace import loss_backward, record_with_dispatch
+
+    model(input_ids=ids, labels=ids).loss.backward()
+    model.zero_grad(set_to_none=True)
+    recording = record_with_dispatch(model, ModelCall((), {"input_ids": ids, "labels": ids}), module_aliases(model), loss_backward, guarded=False)
+    copies = [record.outputs[0] for _, record in recording.records if record.phase != FORWARD and record.kind == "aten::copy_"]
+    return sum(meta.numel * meta.dtype.itemsize for meta in copies)
 
 
 def transformers_expert_parallel(rank: int, world: int) -> dict[str, Any]:

@@ -99,7 +99,10 @@ def test_on_a_cpu_no_collective_is_overlapped_with_compute():
     planner = Planner(small_gpt("meta"), 128, 8, cpu, "dgx-h100")
     ddp = planner.plan(Layout(dp=8, zero=0, micro_batch=1))
     gradients = sum(parameter.numel() for parameter in small_gpt("meta").parameters()) * 4
-    assert ddp.breakdown.data_parallel_s == pytest.approx(collective_seconds(Collective("all_reduce", 8, gradients), interconnect("dgx-h100"), Placement(8, 1, 8)))
+    all_reduce = collective_seconds(Collective("all_reduce", 8, gradients), interconnect("dgx-h100"), Placement(8, 1, 8))
+    # and DDP's copy of the gradients into its buckets, a copy of their bytes at the spec's bandwidth
+    assert ddp.breakdown.data_parallel_s == pytest.approx(all_reduce + planner._copy_seconds(gradients))
+    assert planner._copy_seconds(gradients) >= 2 * gradients / 1e10
     assert "none is overlapped" in " ".join(ddp.notes)  # on an H100 the same all-reduce hides behind the backward (test_zero_and_recomputation...)
 
 
@@ -324,10 +327,10 @@ def test_fsdp2s_copies_around_its_collectives_are_the_bytes_a_real_fsdp2_step_co
     cpu = dataclasses.replace(device_spec("h100"), name="cpu (a test's)")  # a CPU's thread runs every copy in turn
     planner = Planner(small_gpt("meta"), 32, 2, cpu, "dgx-h100")
     plan = planner.plan(Layout(tp=1, dp=2, zero=3, micro_batch=1, sequence_parallel=False))
-    planned = [planner.fsdp_copied_bytes(Collective(step.name, step.group_size, step.bytes), 2) for step in plan.collectives if step.group == "data parallel"]
+    planned = [planner.data_parallel_copied_bytes(Collective(step.name, step.group_size, step.bytes), 2) for step in plan.collectives if step.group == "data parallel"]
     assert sum(map(sum, planned)) == real == 27_371_520 + 27_371_520 // 2 + 14_735_360  # gathered out, shards in, gradients in
     gpu = Planner(small_gpt("meta"), 32, 2, "h100", "dgx-h100")  # on a GPU the copies in run on the collectives' streams
-    assert sum(sum(gpu.fsdp_copied_bytes(Collective(step.name, step.group_size, step.bytes), 2)) for step in plan.collectives if step.group == "data parallel") == 27_371_520
+    assert sum(sum(gpu.data_parallel_copied_bytes(Collective(step.name, step.group_size, step.bytes), 2)) for step in plan.collectives if step.group == "data parallel") == 27_371_520
 
 
 def test_sequence_parallelism_splits_what_tensor_parallelism_leaves_whole():
@@ -370,6 +373,8 @@ def test_the_planned_collectives_are_what_a_real_run_on_gloo_ranks_runs(tmp_path
         assert fsdp2["all_gather"] == [real["_allgather_base_"], counted["all_gather"][1] + counted["backward.all_gather"][1]]
         assert fsdp2["reduce_scatter"] == [real["_reduce_scatter_base_"], counted["backward.reduce_scatter"][1]] == [5, parameters]
         assert counted["all_gather"][1] == parameters
+        ddp = planner.plan(Layout(dp=world, zero=0)).collectives
+        assert sum(sum(planner.data_parallel_copied_bytes(Collective(step.name, step.group_size, step.bytes), world)) for step in ddp) == rank["ddp_copied_bytes"] == parameters
 
 
 def test_the_search_plans_every_layout_that_divides_best_first():

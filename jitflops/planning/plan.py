@@ -392,30 +392,35 @@ class Planner:
         shares = [(dense, part.parameter_bytes - part.expert_parameter_bytes, part.gradient_bytes - part.expert_gradient_bytes),
                   (expert, part.expert_parameter_bytes / layout.ep, part.expert_gradient_bytes / layout.ep)]
         shares = [(group, parameters, gradients) for group, parameters, gradients in shares if group.size > 1 and gradients]
-        copies = 0.0
         if layout.zero == 3:
             forward = [(Collective("all_gather", replicas, int(parameters)), dense) for parameters, _, _ in units] if replicas > 1 else []
             backward = ([(Collective("all_gather", replicas, int(parameters)), dense) for parameters, _, root in units if not root]
                         + [(Collective("reduce_scatter", replicas, int(gradients)), dense) for _, gradients, _ in units]) if replicas > 1 else []
             per_step = micro_batches
-            copies = sum(self._copy_seconds(size) for collective, _ in forward + backward for size in self.fsdp_copied_bytes(collective, replicas))
         elif layout.zero == 0:
             forward, backward, per_step = [], [(Collective("all_reduce", group.size, int(gradients)), group) for group, _, gradients in shares], 1
         else:
             forward = [(Collective("all_gather", group.size, int(parameters)), group) for group, parameters, _ in shares]
             backward, per_step = [(Collective("reduce_scatter", group.size, int(gradients)), group) for group, _, gradients in shares], 1
+        copies = sum(self._copy_seconds(size) for collective, _ in forward + backward
+                     for size in self.data_parallel_copied_bytes(collective, replicas)) if layout.zero in (0, 3) else 0.0
 
         def exposed(calls: list[tuple[Collective, Placement]], compute: float) -> float:
             return max(0.0, sum(collective_seconds(collective, self.link, group) for collective, group in calls) - (compute if self._overlaps else 0.0))
         return per_step * (exposed(forward, part.forward_s) + exposed(backward, part.backward_s) + copies), [(collective, per_step) for collective, _ in forward + backward]
 
-    def fsdp_copied_bytes(self, collective: Collective, replicas: int) -> list[float]:
-        """FSDP2's copies around one of its collectives on the critical path, in bytes: an
-        all-gather's copy of the gathered parameters out of its buffer into each one's own storage
-        (``split_with_sizes_copy``, on the compute stream) and, on a CPU, where every copy takes the
-        one thread in turn, its copy of the rank's shard in; a reduce-scatter's copy of the
-        gradients into its buffer (``chunk_cat``: on a GPU on the reduce-scatter's stream, overlapped)."""
+    def data_parallel_copied_bytes(self, collective: Collective, replicas: int) -> list[float]:
+        """The copies torch's DDP and FSDP2 make around one of their collectives on the critical
+        path, in bytes. DDP copies each gradient into its bucket before the all-reduce (in the
+        autograd hook, on the compute stream). FSDP2 copies an all-gather's parameters out of its
+        buffer into each one's own storage (``split_with_sizes_copy``, on the compute stream) and,
+        on a CPU, where every copy takes the one thread in turn, the rank's shard in; and the
+        gradients into a reduce-scatter's buffer (``chunk_cat``: on a GPU on the reduce-scatter's
+        stream, overlapped). Megatron's distributed optimizer (ZeRO-1/2) reduces its contiguous
+        buffers in place: none."""
         whole = collective.bytes
+        if collective.name == "all_reduce":
+            return [whole]
         if collective.name == "all_gather":
             return [whole] + ([] if self._overlaps else [whole / replicas])
         return [] if self._overlaps else [whole]
