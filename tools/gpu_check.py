@@ -36,7 +36,6 @@ import sys
 import time
 import traceback
 import warnings
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -53,7 +52,7 @@ from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
 from jitflops import memory_footprint, profile_model  # noqa: E402
 from jitflops.estimates.roofline import PredictedTimeAnalysis  # noqa: E402
 from jitflops.timing.calibration import calibrate  # noqa: E402
-from jitflops.estimates.devices import HOST_KINDS, DeviceSpec, spec_of_gpu  # noqa: E402
+from jitflops.estimates.devices import DeviceSpec, spec_of_gpu  # noqa: E402
 from jitflops.estimates.generation_time import predict_generation  # noqa: E402
 from jitflops.estimates.training_step_time import predict_training_step  # noqa: E402
 from jitflops.examples import all_examples, llama_config  # noqa: E402
@@ -234,7 +233,7 @@ def compare(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceS
                 row["graph_s"] = _guarded(f"{name} graph capture", lambda: graph_seconds(model, batch_args, batch_kwargs, device, repeats))
             for label, spec in specs.items():
                 predicted = _predicted(model, batch_args, batch_kwargs, spec)
-                kernels = _predicted(model, batch_args, batch_kwargs, replace(spec, launch_s=0.0, host_s=dict.fromkeys(HOST_KINDS, 0.0)))
+                kernels = _predicted(model, batch_args, batch_kwargs, spec.kernels_only())
                 row["specs"][label] = {"predicted_s": predicted, "error_vs_eager": predicted / row["eager_s"] - 1,
                                        "kernel_predicted_s": kernels, "error_vs_kernels": kernels / row["kernel_s"] - 1 if row["kernel_s"] else None}
                 if isinstance(row.get("graph_s"), float):

@@ -164,6 +164,10 @@ class DeviceSpec:
             return self
         return dataclasses.replace(self, products={**self.products, **self.resident_products})
 
+    def kernels_only(self) -> "DeviceSpec":
+        """This spec without the host's time per call or a launch's: what its kernels alone take."""
+        return dataclasses.replace(self, launch_s=0.0, host_s=dict.fromkeys(HOST_KINDS, 0.0))
+
     def to_json(self) -> str:
         document = {name: value for name, value in dataclasses.asdict(self).items() if name != "matches"}
         return json.dumps(document, indent=1)

@@ -59,10 +59,11 @@ class _OptimizerStep(nn.Module):
 
 
 def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFactory, fake_inputs: bool = False) -> DispatchTrace:
-    """A steady step of the optimizer ``factory`` builds (:func:`~.optimizers.optimizer_factory`) on ``parameters``, recorded: each is given a zero gradient and
-    the optimizer a first step (its state made), and the second step is recorded. DTensor parameters
-    (tensor parallelism's, FSDP2's) take their DTensor ops with them (each op's host time is priced),
-in a parameter group of their own beside plain ones (a ``foreach`` op takes one kind, not both)."""
+    """A steady step of the optimizer ``factory`` builds (:func:`~.optimizers.optimizer_factory`) on
+    ``parameters``, recorded: each is given a zero gradient and the optimizer a first step (its
+    state made), and the second step is recorded. DTensor parameters (tensor parallelism's, FSDP2's)
+    take their DTensor ops with them (each op's host time is priced), in a parameter group of their
+    own beside plain ones (a ``foreach`` op takes one kind, not both)."""
     for parameter in parameters:
         parameter.grad = torch.zeros_like(parameter)
     kinds = [[parameter for parameter in parameters if is_dtensor(parameter) == dtensor] for dtensor in (True, False)]

@@ -273,7 +273,7 @@ class Planner:
             self._dtensor_ops = optimizer_dtensor_ops(self.optimizer, foreach=foreach)
         once, per_tensor = self._dtensor_ops
         newly = part.parameter_tensors - part.dtensor_parameters if fsdp else 0
-        dispatches = (0 if part.dtensor_parameters else once) + per_tensor * newly if newly else 0
+        dispatches = ((0 if part.dtensor_parameters else once) + per_tensor * newly) if newly else 0
         host = max(each.optimizer_host_s for each in (costs.outside, *costs.blocks)) if foreach else part.optimizer_host_s
         return part.optimizer_kernel_s * share + host + dispatches * self.spec.host_seconds("dtensor")
 

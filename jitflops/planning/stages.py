@@ -31,7 +31,7 @@ from ..core.records import FORWARD
 from ..engine.counting import module_aliases
 from ..engine.flop_count import FlopCountAnalysis
 from ..estimates.costs.attention import ATTENTION_KERNELS
-from ..estimates.devices import HOST_KINDS, DeviceSpec, is_cpu_spec
+from ..estimates.devices import DeviceSpec, is_cpu_spec
 from ..estimates.fake_sharding import fake_process_group, sharding_units, shard_like_tensor_parallel
 from ..estimates.memory_estimate import MemoryEstimate
 from ..estimates.memory_footprint import memory_footprint
@@ -160,7 +160,7 @@ class ModelRecordings:
         self.block_order = tuple(kinds.setdefault(_signature(block), len(kinds)) for block in blocks)
         self._firsts = [self.block_order.index(kind) for kind in range(len(kinds))]
         self._recordings: dict[tuple[int, int, int, bool], tuple[DispatchTrace, nn.Module, list[str]]] = {}
-        self._optimizer_steps: dict[tuple[int, int, int, bool], dict[str, DispatchTrace]] = {}
+        self._optimizer_steps: dict[tuple[int, bool], dict[str, DispatchTrace]] = {}
         self._memory: dict[tuple[int, int, int, bool], MemoryEstimate] = {}
         self._costs: dict[tuple[Any, ...], tuple[DeviceSpec, ModelCosts]] = {}
         self._cut: Optional[tuple[nn.Module, list[str]]] = None
@@ -203,7 +203,8 @@ class ModelRecordings:
                 if tp > 1:
                     shard_like_tensor_parallel(twin, mesh)
                 recording = record_with_dispatch(twin, call, module_aliases(twin), loss_backward, guarded=False, whole=WHOLE_CALLS, whole_as_on_a_gpu=gpu)
-                self._optimizer_steps[key] = self._optimizer_steps_of(twin, names, gpu)
+                if (tp, gpu) not in self._optimizer_steps:  # the parameters' shards do not change with the micro-batch
+                    self._optimizer_steps[(tp, gpu)] = self._optimizer_steps_of(twin, names, gpu)
             self._recordings[key] = (recording, twin, names)
         return self._recordings[key]
 
@@ -248,9 +249,8 @@ class ModelRecordings:
         gpu = not is_cpu_spec(spec)
         recording, twin, names = self.recording(tp, micro_batch, sequence, gpu=gpu)
         statistics = predicted_statistics(recording, spec, mode, module_aliases(twin), ignored=COMMUNICATION_FORMULAS.kinds())  # priced by their links
-        kernels_only = dataclasses.replace(spec, launch_s=0.0, host_s=dict.fromkeys(HOST_KINDS, 0.0))
-        optimizer = {name: [sum(predicted_statistics(step, each, mode, {}).counts[""].values()) for each in (spec, kernels_only)]
-                     for name, step in self._optimizer_steps[(tp, micro_batch, sequence, gpu)].items()}
+        optimizer = {name: [sum(predicted_statistics(step, each, mode, {}).counts[""].values()) for each in (spec, spec.kernels_only())]
+                     for name, step in self._optimizer_steps[(tp, gpu)].items()}
         memory = self.memory(tp, micro_batch, sequence)
         collectives = [(scope, record.phase, collective_of(record)) for scope, record in recording.records if record.kind in COMMUNICATION_FORMULAS.kinds()]
 

@@ -40,7 +40,11 @@ def _per_call(device: torch.device, run: Callable[[], object], calls: int = CALL
 
 
 STEP_CALLS = 100
-"""Calls per timed loop of an optimizer's step or a tiny MLP's forward and backward (0.1 to 1.5 ms each on a 2-core EPYC)."""
+"""Calls per timed loop of an optimizer's step (0.05 to 0.3 ms each on a 2-core EPYC)."""
+
+PASS_CALLS = 20
+"""Calls per timed loop of a tiny MLP's forward and backward (about 0.2 and 1.5 ms each, plain and
+tensor-parallel, on a 2-core EPYC): the DTensor timings take half a second in all."""
 
 BACKWARD_CHAIN = 200
 """Tiny ops in the chain whose backward times the autograd engine's call of a backward op."""
@@ -120,8 +124,8 @@ def _dtensor_per_op(device: torch.device) -> dict[str, float]:
     inputs = torch.randn(2, 4, PARALLEL_WIDTH, device=device)
     recording = record_with_dispatch(parallel, ModelCall((inputs,), {}), module_aliases(parallel), lambda output: output.sum().backward(), guarded=False)
     dispatched = sum(record.dtensor_ops for _, record in recording.records)
-    per_pass = (_per_call(device, lambda: parallel(inputs).sum().backward(), calls=STEP_CALLS)
-                - _per_call(device, lambda: plain(inputs).sum().backward(), calls=STEP_CALLS))
+    per_pass = (_per_call(device, lambda: parallel(inputs).sum().backward(), calls=PASS_CALLS)
+                - _per_call(device, lambda: plain(inputs).sum().backward(), calls=PASS_CALLS))
     return {"dtensor": max(0.0, per_step / sum(optimizer_dtensor_ops("adamw"))), "parallel_dtensor": max(0.0, per_pass / dispatched)}
 
 
