@@ -342,6 +342,96 @@ def transformers_expert_parallel(rank: int, world: int) -> dict[str, Any]:
     return figures
 
 
+class GPTStage(nn.Module):
+    """Stage ``index`` of ``stages`` of the small GPT, as torchtitan cuts a transformer: its share
+    of the blocks, the embeddings on the first stage, the last norm and the head on the last (the
+    parts other stages hold are dropped); a middle stage takes and gives hidden states."""
+
+    def __init__(self, model: nn.Module, index: int, stages: int) -> None:
+        super().__init__()
+        blocks = list(model.model.layers)
+        share = len(blocks) // stages
+        model.model.layers = nn.ModuleList(blocks[index * share:(index + 1) * share])
+        self.first, self.last = index == 0, index == stages - 1
+        if not self.first:
+            model.model.embed_tokens = None
+        if not self.last:
+            model.model.norm, model.lm_head = nn.Identity(), None
+        self.gpt = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        inputs = {"input_ids": x} if self.first else {"inputs_embeds": x}
+        hidden = self.gpt.model(**inputs, use_cache=False).last_hidden_state
+        return self.gpt.lm_head(hidden) if self.last else hidden
+
+
+def pipelined_gpt(rank: int, world: int, micro_batch: int, micro_batches: int, replicas: int = 1) -> tuple[nn.Module, Callable[[], None]]:
+    """The small GPT cut into ``world / replicas`` pipeline stages under torch's 1F1B schedule over
+    ``micro_batches`` micro-batches of ``micro_batch`` sequences of 128 tokens, the loss the model's
+    own; each stage held by ``replicas`` data-parallel ranks under DDP (a stage's ranks adjacent:
+    data parallelism inside the pipeline, Megatron's order), each replica on its own batch. The
+    rank's stage, and a training step's pipelined forward and backward."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    stages = world // replicas
+    index, replica = divmod(rank, replicas)
+    model = small_gpt()
+    loss_function = model.loss_function
+    stage_module = GPTStage(model, index, stages)
+    runner, group = stage_module, None
+    if replicas > 1:
+        mesh = init_device_mesh("cpu", (stages, replicas), mesh_dim_names=("pp", "dp"))
+        runner, group = nn.parallel.DistributedDataParallel(stage_module, process_group=mesh["dp"].get_group()), mesh["pp"].get_group()
+    ids = torch.randint(0, 1024, (micro_batch * micro_batches, 128), generator=torch.Generator().manual_seed(replica))
+    hidden = torch.zeros(micro_batch, 128, 256)
+    inputs = ids[:micro_batch] if index == 0 else hidden
+    outputs = torch.zeros(micro_batch, 128, 1024) if index == stages - 1 else hidden
+    shapes = {"input_args": (inputs,), "output_args": (outputs,), "output_grads": (outputs,), "input_grads": (inputs,), "group": group}
+    accepted = inspect.signature(PipelineStage).parameters  # torch 2.11's stage takes no gradients' shapes
+    stage = PipelineStage(runner, index, stages, torch.device("cpu"), **{name: shape for name, shape in shapes.items() if name in accepted})
+    schedule = Schedule1F1B(stage, n_microbatches=micro_batches, loss_fn=lambda logits, labels: loss_function(logits, labels, vocab_size=1024))
+
+    def step() -> None:  # as a training loop runs it: the last stage's logits not kept for the caller
+        if index == 0:
+            schedule.step(ids, return_outputs=False)
+        elif index == stages - 1:
+            schedule.step(target=ids, return_outputs=False)
+        else:
+            schedule.step(return_outputs=False)
+    return stage_module, step
+
+
+def planned_pipeline(rank: int, world: int) -> dict[str, Any]:
+    """The small GPT's training step cut into ``world`` stages under 1F1B (4 micro-batches of 2
+    sequences): each rank's sends and receives, and MemTracker's peak of its stage's step with AdamW
+    (the least of 2 steady steps: gloo's thread may hold a buffer a little longer)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    stage_module, pipelined = pipelined_gpt(rank, world, 2, 4)
+    optimizer = torch.optim.AdamW(stage_module.parameters())
+
+    def step() -> None:
+        pipelined()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    step()
+    with record_collectives() as log:
+        step()
+    peaks = []
+    for _ in range(2):
+        tracker = MemTracker()
+        tracker.track_external(stage_module, optimizer)
+        with tracker:
+            # its per-module statistics off: its module hooks take a root module's second forward
+            # for a second step, and a pipeline runs one per micro-batch (its peak is the whole's)
+            tracker._mod_tracker.__exit__()
+            step()
+        peaks.append(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"])
+    dist.barrier()  # the last sends complete before the process group goes
+    return {"collectives": {key: [t.calls, t.bytes] for key, t in log.by_collective().items()}, "peak": min(peaks)}
+
+
 CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "transformers_expert_parallel": transformers_expert_parallel,
     "tensor_parallel": tensor_parallel,
@@ -351,6 +441,7 @@ CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "faults": faults,
     "read_on_rank_0": read_on_rank_0,
     "planned_layouts": planned_layouts,
+    "planned_pipeline": planned_pipeline,
 }
 
 

@@ -8,9 +8,11 @@ For each world size (2 and 4 processes on the loopback):
    rank 0's spec is the device.
 2. A small GPT (``tests/sharded_cases.small_gpt``: 4 blocks of width 256, float32, 128 tokens a
    sequence) trains for real in each layout: DDP, FSDP2 (each block, then the root), tensor
-   parallelism by the model's own plan, and FSDP2 by tensor parallelism on a 2-D mesh (4 ranks).
-   A step is a forward with the loss, its backward, AdamW's step and zeroing the gradients, on a
-   micro-batch of 4 sequences per data-parallel replica; every rank waits at a barrier before each
+   parallelism by the model's own plan, FSDP2 by tensor parallelism on a 2-D mesh (4 ranks), and
+   a pipeline of 2 stages (``sharded_cases.pipelined_gpt``: torch's 1F1B schedule over 4
+   micro-batches of 2 sequences; on 4 ranks each stage held by 2 DDP ranks). A step is a forward with the loss, its backward, AdamW's step
+   and zeroing the gradients, on a micro-batch of 4 sequences per data-parallel replica (the
+   pipeline: its 4 micro-batches); every rank waits at a barrier before each
    step, and a step's time is its slowest rank's. The median of the timed steps, after 2 warm-ups; the layouts take their steps in turn.
 3. ``plan_training`` predicts the same layout on the calibrated CPU and loopback, with the model
    built on meta. torch's eager tensor parallelism waits for each collective where it is issued,
@@ -52,23 +54,25 @@ from jitflops.planning.plan import plan_training  # noqa: E402
 
 SEQUENCE = 128
 MICRO_BATCH = 4
-LAYOUTS = {  # name: (tp, zero); dp is the rest of the world
-    "ddp": (1, 0),
-    "fsdp2": (1, 3),
-    "tensor_parallel": (None, 1),  # tp over the whole world
-    "fsdp2_by_tensor_parallel": (2, 3),
+LAYOUTS = {  # name: (tp, pp, zero); dp is the rest of the world; None: the whole world
+    "ddp": (1, 1, 0),
+    "fsdp2": (1, 1, 3),
+    "tensor_parallel": (None, 1, 1),
+    "fsdp2_by_tensor_parallel": (2, 1, 3),
+    "pipeline": (1, 2, 0),  # 4 ranks: 2 stages, each held by 2 DDP ranks
 }
+PIPELINE_MICRO_BATCH, PIPELINE_MICRO_BATCHES = 2, 4
 
 
 def _threads(world: int) -> int:
     return max(1, (os.cpu_count() or 1) // world)
 
 
-def _sizes(layout: str, world: int) -> tuple[int, int, int]:
-    """(tp, dp, zero) of ``layout`` on ``world`` ranks."""
-    tp, zero = LAYOUTS[layout]
-    tp = world if tp is None else tp
-    return tp, world // tp, zero
+def _sizes(layout: str, world: int) -> tuple[int, int, int, int]:
+    """(tp, pp, dp, zero) of ``layout`` on ``world`` ranks."""
+    tp, pp, zero = LAYOUTS[layout]
+    tp, pp = world if tp is None else tp, world if pp is None else pp
+    return tp, pp, world // (tp * pp), zero
 
 
 def _calibrating_rank(rank: int, world: int, port: int, folder: str, budget: float) -> None:
@@ -87,7 +91,7 @@ def _calibrating_rank(rank: int, world: int, port: int, folder: str, budget: flo
 
 
 def _training_rank(rank: int, world: int, port: int, folder: str, layouts: list[str], steps: int) -> None:
-    from sharded_cases import small_gpt
+    from sharded_cases import pipelined_gpt, small_gpt
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel
@@ -99,7 +103,11 @@ def _training_rank(rank: int, world: int, port: int, folder: str, layouts: list[
     try:
         runs = {}
         for layout in layouts:
-            tp, dp, zero = _sizes(layout, world)
+            tp, pp, dp, zero = _sizes(layout, world)
+            if pp > 1:
+                stage, pipelined = pipelined_gpt(rank, world, PIPELINE_MICRO_BATCH, PIPELINE_MICRO_BATCHES, replicas=dp)
+                runs[layout] = (pipelined, torch.optim.AdamW(stage.parameters()))
+                continue
             mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
             model = small_gpt()
             if tp > 1:
@@ -111,13 +119,14 @@ def _training_rank(rank: int, world: int, port: int, folder: str, layouts: list[
             elif dp > 1:
                 model = DistributedDataParallel(model)
             generator = torch.Generator().manual_seed(mesh["dp"].get_local_rank())  # each replica its own batch, each tp group the same
-            runs[layout] = (model, torch.optim.AdamW(model.parameters()), torch.randint(0, 1024, (MICRO_BATCH, SEQUENCE), generator=generator))
+            ids = torch.randint(0, 1024, (MICRO_BATCH, SEQUENCE), generator=generator)
+            runs[layout] = (lambda model=model, ids=ids: model(input_ids=ids, labels=ids).loss.backward(), torch.optim.AdamW(model.parameters()))
         times: dict[str, list[float]] = {layout: [] for layout in layouts}
         for step in range(steps + 2):
-            for layout, (model, optimizer, ids) in runs.items():  # the layouts in turn: the machine's drift falls on each alike
+            for layout, (forward_and_backward, optimizer) in runs.items():  # the layouts in turn: the machine's drift falls on each alike
                 dist.barrier()
                 started = time.perf_counter()
-                model(input_ids=ids, labels=ids).loss.backward()
+                forward_and_backward()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
@@ -146,18 +155,19 @@ def run_world(world: int, steps: int, budget: float) -> list[dict]:
         link = interconnect(str(link_path))
         rows = []
         for layout in layouts:
-            tp, dp, zero = _sizes(layout, world)
+            tp, pp, dp, zero = _sizes(layout, world)
+            micro_batch, micro_batches = (PIPELINE_MICRO_BATCH, PIPELINE_MICRO_BATCHES) if pp > 1 else (MICRO_BATCH, 1)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                plan = plan_training(small_gpt("meta"), SEQUENCE, MICRO_BATCH * dp, spec_path, world, link, tp=tp, dp=dp, zero=zero,
-                                     micro_batch=MICRO_BATCH, sequence_parallel=False, tp_overlap=False)
+                plan = plan_training(small_gpt("meta"), SEQUENCE, micro_batch * micro_batches * dp, spec_path, world, link, tp=tp, pp=pp, dp=dp,
+                                     zero=zero, micro_batch=micro_batch, sequence_parallel=False, tp_overlap=False)
             step = statistics.median(measured[layout])
             spread = (min(measured[layout]), max(measured[layout]))
             breakdown = plan.breakdown
-            rows.append({"world": world, "layout": layout, "tp": tp, "dp": dp, "zero": zero, "planned_s": plan.step_s, "measured_s": step,
+            rows.append({"world": world, "layout": layout, "tp": tp, "pp": pp, "dp": dp, "zero": zero, "planned_s": plan.step_s, "measured_s": step,
                          "measured_range_s": spread, "error": plan.step_s / step - 1,
-                         "breakdown": {"compute_s": breakdown.compute_s, "tensor_parallel_s": breakdown.tensor_parallel_s,
-                                       "data_parallel_s": breakdown.data_parallel_s, "optimizer_s": breakdown.optimizer_s},
+                         "breakdown": {"compute_s": breakdown.compute_s, "tensor_parallel_s": breakdown.tensor_parallel_s, "pipeline_send_s": breakdown.pipeline_send_s,
+                                       "bubble_s": breakdown.bubble_s, "data_parallel_s": breakdown.data_parallel_s, "optimizer_s": breakdown.optimizer_s},
                          "link": {"bandwidth_gb_s": link.intra_node_bandwidth / 1e9, "latency_us": link.intra_node_latency_s * 1e6,
                                   "blocked_wait_us": link.blocked_wait_s * 1e6,
                                   "fit_errors": [round(point["error"], 3) for point in link_document["measured"]]}})

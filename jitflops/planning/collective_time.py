@@ -57,11 +57,15 @@ def ring_terms(name: str, ranks: int, size: int) -> tuple[int, float]:
 
 
 def collective_seconds(collective: Collective, link: Interconnect, placement: Placement) -> float:
-    """The time of ``collective`` on ``link`` for a group placed so (a send: between two ranks so placed)."""
+    """The time of ``collective`` on ``link`` for a group placed so (a send: between two ranks so
+    placed). A collective called right after compute also waits for its group's ranks to come to it
+    (the link's ``blocked_wait_s``); a pipeline's send does not: its schedule's bubble is that wait,
+    and the plan prices it (:mod:`.plan`)."""
     if collective.group_size <= 1 and collective.name not in ("send", "recv"):
         return 0.0
     steps, bus_bytes = ring_terms(collective.name, max(collective.group_size, 2), collective.bytes)
+    wait = 0.0 if collective.name in ("send", "recv") else link.blocked_wait_s
     measured = link.measured_collectives.get(collective.name)
     if measured is not None and not placement.crosses_nodes:
-        return bus_bytes / measured["bus_bandwidth"] + steps * measured["latency_s"] + link.blocked_wait_s
-    return bus_bytes / bus_bandwidth(link, placement) + steps * link.latency(placement.crosses_nodes) + link.blocked_wait_s
+        return bus_bytes / measured["bus_bandwidth"] + steps * measured["latency_s"] + wait
+    return bus_bytes / bus_bandwidth(link, placement) + steps * link.latency(placement.crosses_nodes) + wait

@@ -9,8 +9,9 @@ Composed from parts that are each measured or recorded, not from a template of a
 - each collective's time on the tier its group crosses (:mod:`.collective_time`, the interconnect
   table): tensor parallelism inside a node, data parallelism and pipeline sends where their ranks
   sit (Megatron's order: tensor, data, pipeline from the innermost);
-- the pipeline: 1F1B runs ``m`` micro-batches in ``(m + p - 1)`` stage times, the interleaved
-  schedule over ``v`` chunks fills and drains in ``(p - 1) / v`` of them;
+- the pipeline: 1F1B runs ``m`` micro-batches in ``m`` times of its slowest stage and one of each
+  other stage (``(m + p - 1)`` stage times where they are even); the interleaved schedule over ``v``
+  chunks fills and drains in ``1 / v`` of each other's;
 - data parallelism: DDP all-reduces the gradients, ZeRO-1/2 (a distributed optimizer)
   reduce-scatters them and all-gathers the updated parameters, ZeRO-3 (FSDP2) gathers each block's
   parameters for every micro-batch's forward and again for its backward (the root's once: it keeps
@@ -45,7 +46,7 @@ from ..handles.collectives import Collective
 from .collective_time import Placement, collective_seconds
 from .interconnects import Interconnect, interconnect
 from .layout import Layout, LayoutError
-from .stages import ModelCosts, ModelRecordings, PartCosts
+from .stages import NOTHING, ModelCosts, ModelRecordings, PartCosts
 
 
 @dataclass(frozen=True)
@@ -190,13 +191,13 @@ def _units(costs: ModelCosts, ranges: list[tuple[int, int]], layout: Layout, ran
     outside the blocks, on the first and last stages), as (parameter bytes, gradient bytes, is the root)."""
     chunks = layout.pp * layout.virtual_stages
     units: list[tuple[float, float, bool]] = []
-    share = 0.0
+    root = NOTHING
     for index in range(rank, chunks, layout.pp):
         first, last = ranges[index]
         units += [(costs.blocks[kind].parameter_bytes, costs.blocks[kind].gradient_bytes, False) for kind in costs.block_order[first:last]]
-        share += costs.outside_share(index, chunks)
-    if share and costs.outside.parameter_bytes:
-        units.append((costs.outside.parameter_bytes * share, costs.outside.gradient_bytes * share, True))
+        root = root + costs.outside_of(index, chunks)
+    if root.parameter_bytes:
+        units.append((root.parameter_bytes, root.gradient_bytes, True))
     return units
 
 
@@ -320,7 +321,10 @@ class Planner:
         times = [micro_batch_seconds(part) for part in per_rank]
         slowest = max(range(layout.pp), key=lambda rank: times[rank].total_s)
         step = times[slowest]
-        bubble = (layout.pp - 1) / layout.virtual_stages * step.total_s
+        # 1F1B: the slowest stage runs every micro-batch; the first one's forward reaches it through
+        # the stages before it, and the last one's backward leaves through them (those after it in
+        # its warm-up): each other stage's micro-batch once, the interleaved schedule's 1/v of it
+        bubble = sum(times[rank].total_s for rank in range(layout.pp) if rank != slowest) / layout.virtual_stages
         part = per_rank[slowest]
         blocks_per_rank = [sum(end - start for start, end in ranges[rank::layout.pp]) for rank in range(layout.pp)]
         data_parallel, dp_calls = self._data_parallel(layout, part, _units(costs, ranges, layout, slowest), micro_batches)

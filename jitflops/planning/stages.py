@@ -85,24 +85,17 @@ class PartCosts:
     def __add__(self, other: "PartCosts") -> "PartCosts":
         return PartCosts(*(getattr(self, field.name) + getattr(other, field.name) for field in dataclasses.fields(PartCosts)))
 
-    def scaled(self, share: float) -> "PartCosts":
-        """``share`` of this part (the outside split between the first and the last stage); its collectives and calls whole."""
-        def part_of(name: str) -> Any:
-            value = getattr(self, name)
-            return value if name == "collectives" or name.endswith("_calls") else type(value)(value * share)
-        return PartCosts(*(part_of(field.name) for field in dataclasses.fields(PartCosts)))
-
-
 NOTHING = PartCosts(0.0, 0.0, (), 0, 0, 0, 0)
 
 
 @dataclass(frozen=True)
 class ModelCosts:
-    """A model's parts on one rank of tensor parallelism: the outside, and one block of each kind."""
+    """A model's parts on one rank of tensor parallelism: what lies before its blocks (the
+    embeddings, on a pipeline's first stage), what lies after them (the last norm, the head and the
+    loss, on its last stage), and one block of each kind."""
 
-    outside: PartCosts
-    embedding_share: float
-    """The share of the outside that sits with the embeddings (the first stage); the rest with the head."""
+    embeddings: PartCosts
+    head: PartCosts
     blocks: tuple[PartCosts, ...]
     block_order: tuple[int, ...]
     """Each of the model's blocks, in order, by the index of its kind in :attr:`blocks`."""
@@ -111,18 +104,20 @@ class ModelCosts:
     def layers(self) -> int:
         return len(self.block_order)
 
+    @property
+    def outside(self) -> PartCosts:
+        return self.embeddings + self.head
+
+    def outside_of(self, index: int, stages: int) -> PartCosts:
+        """What stage ``index`` of ``stages`` holds outside the blocks: the embeddings on the first, the head on the last."""
+        return (self.embeddings if index == 0 else NOTHING) + (self.head if index == stages - 1 else NOTHING)
+
     def stage(self, first: int, last: int, stages: int, index: int) -> PartCosts:
-        """Stage ``index`` of ``stages``, holding blocks ``first`` to ``last`` (exclusive): the first
-        holds the embeddings, the last the head (one stage holds both)."""
-        total = NOTHING
+        """Stage ``index`` of ``stages``, holding blocks ``first`` to ``last`` (exclusive) and what lies outside them there."""
+        total = self.outside_of(index, stages)
         for kind in self.block_order[first:last]:
             total = total + self.blocks[kind]
-        share = self.outside_share(index, stages)
-        return total + self.outside.scaled(share) if share else total
-
-    def outside_share(self, index: int, stages: int) -> float:
-        """The share of the outside stage ``index`` of ``stages`` holds: the embeddings' on the first, the head's on the last."""
-        return (self.embedding_share if index == 0 else 0.0) + ((1 - self.embedding_share) if index == stages - 1 else 0.0)
+        return total
 
 
 ATTENTION_OPS = frozenset({kernel.partition("::")[2] for kernel in ATTENTION_KERNELS}
@@ -209,13 +204,14 @@ class ModelRecordings:
         return self._recordings[key]
 
     def _optimizer_steps_of(self, twin: nn.Module, names: list[str], gpu: bool) -> dict[str, DispatchTrace]:
-        """The optimizer's steady step on each block's parameters and on the rest's (the outside, "")
-        of the cut copy, recorded (``foreach`` on a GPU, per tensor on a CPU, as torch's defaults are)."""
+        """The optimizer's steady step on the parameters of each block, of each module holding the
+        embeddings, and of the rest (the head's, ""), of the cut copy, recorded (``foreach`` on a GPU,
+        per tensor on a CPU, as torch's defaults are)."""
         factory = optimizer_factory(self.optimizer, foreach=gpu)
-        blocks = {name: list(twin.get_submodule(name).parameters()) for name in names}
+        blocks = {name: list(twin.get_submodule(name).parameters()) for name in names + self._embeddings_of(twin, names)}
         inside = {id(parameter) for parameters in blocks.values() for parameter in parameters}
         blocks[""] = [parameter for parameter in twin.parameters() if id(parameter) not in inside]
-        return {name: record_optimizer_step(parameters, factory) for name, parameters in blocks.items()}
+        return {name: record_optimizer_step(parameters, factory) for name, parameters in blocks.items() if parameters}
 
     def memory(self, tp: int, micro_batch: int, sequence: int, fsdp: bool = False) -> MemoryEstimate:
         """The training step's memory estimate of the cut copy on one rank of ``tp``; with ``fsdp``,
@@ -277,7 +273,7 @@ class ModelRecordings:
             own_experts = [memory.modules[expert] for expert in experts if holds(name, expert)]
             module = memory.modules[name]
             tensors = list(twin.get_submodule(name).parameters())
-            step_s, kernels_s = optimizer[name] if name else [sum(each) for each in zip(*optimizer.values())]
+            step_s, kernels_s = optimizer.get(name, (0.0, 0.0)) if name else [sum(each) for each in zip(*optimizer.values())]
             return PartCosts(sum(seconds.values()) - backward, backward, inside, module.parameters, module.gradients, module.optimizer_state, module.saved_activations,
                              attention_forward, attention_backward, len(calls), key_values, sum(each.parameters for each in own_experts),
                              sum(each.gradients for each in own_experts), sum(each.optimizer_state for each in own_experts), len(own_experts),
@@ -290,12 +286,17 @@ class ModelRecordings:
             unsharded = self.memory(1, micro_batch, sequence)
             blocks = [_split_sequence(block, twin.get_submodule(name), name, statistics.counts, unsharded.modules[name].saved_activations, tp)
                       for block, name in zip(blocks, names)]
-        outside_collectives = tuple((phase, collective) for scope, phase, collective in collectives if not any(within(scope, name) for name in names))
-        rest = [getattr(root, field.name) - sum(getattr(block, field.name) for block in blocks) for field in dataclasses.fields(PartCosts) if field.name != "collectives"]
-        outside = PartCosts(rest[0], rest[1], outside_collectives, *rest[2:])
-        before = sum(sum(statistics.counts[name].values()) for name in modules_before(names[0].rpartition(".")[0], twin) if name in statistics.counts)
-        share = min(1.0, before / max(outside.forward_s + outside.backward_s, 1e-12))
-        return ModelCosts(outside, share, tuple(blocks), self.block_order)
+        before = [name for name in self._embeddings_of(twin, names) if name in statistics.counts]
+        embeddings = sum((part(name) for name in before), NOTHING)
+        head_collectives = tuple((phase, collective) for scope, phase, collective in collectives if not any(within(scope, name) for name in names + before))
+        rest = [getattr(root, field.name) - sum(getattr(each, field.name) for each in (*blocks, embeddings))
+                for field in dataclasses.fields(PartCosts) if field.name != "collectives"]
+        return ModelCosts(embeddings, PartCosts(rest[0], rest[1], head_collectives, *rest[2:]), tuple(blocks), self.block_order)
+
+    @staticmethod
+    def _embeddings_of(twin: nn.Module, blocks: list[str]) -> list[str]:
+        """The modules of the cut copy that hold its embeddings (:func:`modules_before` its blocks)."""
+        return modules_before(blocks[0].rpartition(".")[0], twin)
 
 
 def expert_modules(model: nn.Module, blocks: list[str]) -> list[str]:
