@@ -281,11 +281,29 @@ def small_gpt(device: str = "cpu") -> nn.Module:
         return transformers.AutoModelForCausalLM.from_config(config)
 
 
+def memtracker_peak(step: Callable[[], None], *tracked: Any, per_module: bool = True) -> int:
+    """MemTracker's peak on the CPU of ``step``, with ``tracked`` (a model, its optimizer or None:
+    made before it started) taken in; ``per_module=False``: its per-module statistics off, since its
+    module hooks take a root module's second forward for a second step, and a pipeline runs one a
+    micro-batch (the peak is the whole step's either way)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(*(each for each in tracked if each is not None))
+    with tracker:
+        if not per_module:
+            tracker._mod_tracker.__exit__()
+        step()
+    return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+
+
 def planned_layouts(rank: int, world: int) -> dict[str, Any]:
     """The small GPT's training micro-batch (forward, and backward from its loss) as the plan's
-    layouts run it: tensor parallelism by the model's own plan, and FSDP2 (each block, then the
-    root), over the ``world`` ranks; the collectives ``CommDebugMode`` sees, and their bytes; and
-    the bytes DDP's backward copies beyond the plain model's (its gradients into its buckets)."""
+    layouts run it: tensor parallelism by the model's own plan, FSDP2 (each block, then the root),
+    over the ``world`` ranks, and on 4 ranks FSDP2 over 2 by tensor parallelism over 2 (a 2-D
+    mesh); the collectives ``CommDebugMode`` sees, and their bytes; MemTracker's peak of a steady
+    step with AdamW (the least of 2: gloo's thread may hold a buffer a little longer); and the
+    bytes DDP's backward copies beyond the plain model's (its gradients into its buckets)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from jitflops.estimates.fake_sharding import shard_like_fsdp2, shard_like_tensor_parallel
@@ -294,14 +312,27 @@ def planned_layouts(rank: int, world: int) -> dict[str, Any]:
     torch.manual_seed(1)
     ids = torch.randint(0, 1024, (1, 128))
     figures: dict[str, Any] = {}
-    for name, shard in (("tensor_parallel", shard_like_tensor_parallel), ("fsdp2", shard_like_fsdp2)):
+    layouts: dict[str, Callable[[nn.Module], None]] = {"tensor_parallel": lambda model: shard_like_tensor_parallel(model, mesh),
+                                                       "fsdp2": lambda model: shard_like_fsdp2(model, mesh)}
+    if world == 4:
+        grid = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        layouts["fsdp2_by_tensor_parallel"] = lambda model: (shard_like_tensor_parallel(model, grid["tp"]), shard_like_fsdp2(model, grid["dp"]))
+    for name, shard in layouts.items():
         model = small_gpt()
-        shard(model, mesh)
+        shard(model)
         figures[name] = {"comm_debug": comm_debug_counts(lambda: model(input_ids=ids, labels=ids).loss.backward())[0]}
         model.zero_grad(set_to_none=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             figures[name]["collectives"] = collectives(CommunicationAnalysis(model, (), {"input_ids": ids, "labels": ids}, backend="dispatch", backward=True))
+        optimizer = torch.optim.AdamW(model.parameters())
+
+        def step() -> None:
+            model(input_ids=ids, labels=ids).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        step()
+        figures[name]["peak"] = min(memtracker_peak(step, model, optimizer) for _ in range(2))
     figures["ddp_copied_bytes"] = _backward_copied_bytes(nn.parallel.DistributedDataParallel(small_gpt()), ids) - _backward_copied_bytes(small_gpt(), ids)
     return figures
 
@@ -406,8 +437,6 @@ def planned_pipeline(rank: int, world: int) -> dict[str, Any]:
     """The small GPT's training step cut into ``world`` stages under 1F1B (4 micro-batches of 2
     sequences): each rank's sends and receives, and MemTracker's peak of its stage's step with AdamW
     (the least of 2 steady steps: gloo's thread may hold a buffer a little longer)."""
-    from torch.distributed._tools.mem_tracker import MemTracker
-
     stage_module, pipelined = pipelined_gpt(rank, world, 2, 4)
     optimizer = torch.optim.AdamW(stage_module.parameters())
 
@@ -418,18 +447,9 @@ def planned_pipeline(rank: int, world: int) -> dict[str, Any]:
     step()
     with record_collectives() as log:
         step()
-    peaks = []
-    for _ in range(2):
-        tracker = MemTracker()
-        tracker.track_external(stage_module, optimizer)
-        with tracker:
-            # its per-module statistics off: its module hooks take a root module's second forward
-            # for a second step, and a pipeline runs one per micro-batch (its peak is the whole's)
-            tracker._mod_tracker.__exit__()
-            step()
-        peaks.append(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"])
+    peak = min(memtracker_peak(step, stage_module, optimizer, per_module=False) for _ in range(2))
     dist.barrier()  # the last sends complete before the process group goes
-    return {"collectives": {key: [t.calls, t.bytes] for key, t in log.by_collective().items()}, "peak": min(peaks)}
+    return {"collectives": {key: [t.calls, t.bytes] for key, t in log.by_collective().items()}, "peak": peak}
 
 
 CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {

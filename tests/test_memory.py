@@ -13,7 +13,6 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from torch import nn
-from torch.distributed._tools.mem_tracker import MemTracker
 
 from jitflops import largest_fitting, memory_footprint, memory_summary, memory_table
 from jitflops.deepspeed.flops_profiler import FlopsProfiler
@@ -23,6 +22,8 @@ from jitflops.estimates.devices import DeviceSpecError
 from jitflops.core.errors import TraceError
 from jitflops.estimates.fake_sharding import ShardingError, shard_like_tensor_parallel
 from jitflops.estimates.optimizers import UnknownOptimizerError
+
+from sharded_cases import memtracker_peak
 
 transformers = pytest.importorskip("transformers")
 
@@ -39,14 +40,6 @@ def _llama(layers: int = 2) -> nn.Module:
                                       vocab_size=1000, max_position_embeddings=512)
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config)
-
-
-def _memtracker_peak(model: nn.Module, step, optimizer=None) -> int:
-    tracker = MemTracker()
-    tracker.track_external(*([model, optimizer] if optimizer is not None else [model]))
-    with tracker:
-        step()
-    return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
 
 
 def test_mlp_with_adamw_by_hand_and_by_memtracker():
@@ -73,7 +66,7 @@ def test_mlp_with_adamw_by_hand_and_by_memtracker():
         optimizer.zero_grad()
     step()
     # MemTracker does not see the input, made before it started
-    assert estimate.peak == _memtracker_peak(model, step, optimizer) + x.nbytes
+    assert estimate.peak == memtracker_peak(step, model, optimizer) + x.nbytes
     before = {k: v.clone() for k, v in model.state_dict().items()}
     inference = memory_footprint(model, x)
     assert inference.mode == "inference" and inference.model.gradients == 0 and inference.model.saved_activations == 0
@@ -106,7 +99,7 @@ def test_llama_against_memtracker_and_the_profilers_timeline(mode):
             optimizer.step()
             optimizer.zero_grad()
         step()
-    tracked = _memtracker_peak(model, step, optimizer) + 2 * ids.nbytes
+    tracked = memtracker_peak(step, model, optimizer) + 2 * ids.nbytes
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         step()
     _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline("cpu")
@@ -149,7 +142,7 @@ def test_a_mixture_of_experts_in_either_dtype_against_memtracker(family, dtype):
     def infer() -> None:
         with torch.no_grad():
             model(**inputs)
-    assert inference.peak == _memtracker_peak(model, infer) + 2 * ids.nbytes
+    assert inference.peak == memtracker_peak(infer, model) + 2 * ids.nbytes
     model.train()
     optimizer = torch.optim.AdamW(model.parameters())
 
@@ -160,7 +153,7 @@ def test_a_mixture_of_experts_in_either_dtype_against_memtracker(family, dtype):
         optimizer.step()
         optimizer.zero_grad()
     step()
-    assert training.peak == _memtracker_peak(model, step, optimizer) + 2 * ids.nbytes
+    assert training.peak == memtracker_peak(step, model, optimizer) + 2 * ids.nbytes
 
 
 def test_a_mixture_of_experts_on_the_meta_device_for_a_gpu():
@@ -410,7 +403,7 @@ def _sharded_rank(rank: int, world: int, port: int, folder: str, estimates: dict
                     del output
             step()
             # gloo's thread may hold a collective's buffer a little longer: the least of 2 steps
-            peaks[mode] = min(_memtracker_peak(model, step, optimizer) for _ in range(2)) + 2 * ids.nbytes
+            peaks[mode] = min(memtracker_peak(step, model, optimizer) for _ in range(2)) + 2 * ids.nbytes
         (Path(folder) / f"rank{rank}.json").write_text(json.dumps(peaks))
     finally:
         torch.distributed.destroy_process_group()

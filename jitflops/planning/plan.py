@@ -337,8 +337,8 @@ class Planner:
         pp_calls = [(send, 2 * micro_batches * layout.virtual_stages)] if layout.pp > 1 else []
         largest_block = max(block.activation_bytes for block in costs.blocks)
         transient = self.recordings.transient(layout.tp, layout.micro_batch, sequence, fsdp=layout.zero == 3 and layout.dp * layout.cp > 1)
-        memory = transient + max(self._memory(layout, rank_part, rank, micro_batches, blocks_per_rank[rank], largest_block, sequence)
-                                 for rank, rank_part in enumerate(per_rank))
+        memory = max(self._memory(layout, rank_part, rank, micro_batches, blocks_per_rank[rank], largest_block, sequence, transient)
+                     for rank, rank_part in enumerate(per_rank))
         model_flops = 3 * self.forward_flops_per_sequence * self.global_batch
         recomputed_flops = self.forward_flops_per_sequence * self.global_batch if layout.recompute == "full" else 0.0
         return TrainingPlan(layout, self.spec.name, self.link.name, layout.gpus, self.sequence, self.global_batch, breakdown, memory,
@@ -388,14 +388,19 @@ class Planner:
         backward) and all-gather the updated parameters (with the next step's first forward). FSDP2
         (ZeRO-3) runs each of its ``units`` alone in every micro-batch: it gathers each unit's
         parameters for the forward and, but the root's (which it keeps after the forward), again for
-        the backward, and reduce-scatters each unit's gradients: every call pays the ring's latency."""
+        the backward, and reduce-scatters each unit's gradients: every call pays the ring's latency.
+        Each reduces the gradients in their parameters' layout (DDP's buckets, a distributed
+        optimizer's buffers, FSDP2's reduce-scatter input), not as a rank may hold them: torch's
+        vocabulary-parallel embedding leaves its whole table's gradient on each tensor-parallel
+        rank, which FSDP2 by tensor parallelism on 4 gloo ranks reduce-scatters as its shard."""
         gpn = self.link.gpus_per_node
+        units = [(parameters, min(parameters, gradients), root) for parameters, gradients, root in units]  # a frozen parameter's: none
         replicas, expert_replicas = layout.dp * layout.cp, layout.dp // layout.ep
         dense = Placement(replicas, layout.tp, gpn)  # data-parallel ranks are tp x cp apart, context-parallel ones tp: together every tp-th
         expert = Placement(expert_replicas, layout.tp * layout.cp * layout.ep, gpn)
         shares = [(dense, part.parameter_bytes - part.expert_parameter_bytes, part.gradient_bytes - part.expert_gradient_bytes),
                   (expert, part.expert_parameter_bytes / layout.ep, part.expert_gradient_bytes / layout.ep)]
-        shares = [(group, parameters, gradients) for group, parameters, gradients in shares if group.size > 1 and gradients]
+        shares = [(group, parameters, min(parameters, gradients)) for group, parameters, gradients in shares if group.size > 1 and gradients]
         if layout.zero == 3:
             forward = [(Collective("all_gather", replicas, int(parameters)), dense) for parameters, _, _ in units] if replicas > 1 else []
             backward = ([(Collective("all_gather", replicas, int(parameters)), dense) for parameters, _, root in units if not root]
@@ -435,20 +440,29 @@ class Planner:
         tensor = TensorMeta((int(size) // dtype.itemsize,), dtype)
         return kernel_seconds(EagerOpRecord("aten::clone", [tensor], [tensor]), self.spec, 0.0, 2.0 * size)
 
-    def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, blocks: int, largest_block: int, sequence: int) -> int:
-        """A stage's rank's peak, less the step's transient (:meth:`ModelRecordings.transient`, added
-        to every stage: the first one's is overstated by the head's logits): its weights, gradients
-        and optimizer state (their ZeRO shares, the experts' 1/ep of them), and
-        the activations of the micro-batches 1F1B keeps in flight on it (``p - rank``; interleaved: a
-        chunk's worth more per round). With full recomputation a micro-batch keeps each block's input
-        alone, and the block being recomputed its own activations."""
+    def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, blocks: int, largest_block: int, sequence: int, transient: int) -> int:
+        """A stage's rank's peak: its weights, gradients and optimizer state (their ZeRO shares, the
+        experts' 1/ep of them), the activations of the micro-batches 1F1B keeps in flight on it
+        (``p - rank``; interleaved: a chunk's worth more per round) and the step's ``transient``
+        (:meth:`ModelRecordings.transient`, added to every stage: the first one's is overstated by
+        the head's logits). With full recomputation a micro-batch keeps each block's input alone,
+        and the block being recomputed its own activations. Without data parallelism a step of one
+        micro-batch holds its gradients only as its backward frees its activations (torch's
+        optimizers set them to None after each step), so its peak has the larger of the two; a
+        micro-batch after the first finds the gradients of those before, and data parallelism keeps
+        a buffer of them (DDP's buckets, a distributed optimizer's), or, FSDP2, peaks inside the
+        backward at a gathered block beside both (the memory estimate's peak of the cut copy)."""
         weights = _sharded(layout, part.parameter_bytes, part.expert_parameter_bytes, layout.zero == 3)
         gradients = _sharded(layout, part.gradient_bytes, part.expert_gradient_bytes, layout.zero >= 2)
         state = _sharded(layout, part.state_bytes, part.expert_state_bytes, layout.zero >= 1)
         in_flight = min(micro_batches, layout.pp - rank + (layout.pp - 1) * (layout.virtual_stages - 1) // layout.virtual_stages)
         if layout.recompute == "full":
-            return int(weights + gradients + state + in_flight * blocks * _boundary_bytes(self.model, layout.micro_batch, sequence, layout) + largest_block)
-        return int(weights + gradients + state + in_flight * part.activation_bytes)
+            activations = in_flight * blocks * _boundary_bytes(self.model, layout.micro_batch, sequence, layout) + largest_block
+        else:
+            activations = in_flight * part.activation_bytes
+        if micro_batches == 1 and layout.dp * layout.cp == 1:
+            return int(weights + state + max(gradients, activations + transient))
+        return int(weights + gradients + state + activations + transient)
 
 
 def expert_count(model: nn.Module) -> Optional[int]:
