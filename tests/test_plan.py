@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import pytest
 import torch
@@ -219,6 +220,7 @@ def test_a_plans_memory_per_gpu_is_the_estimate_of_the_whole_model_on_its_2d_mes
 def test_tensor_parallelism_shards_parameters_and_records_its_collectives_without_touching_the_model():
     model = _gpt()
     hooks_before = [len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules()]
+    excepthook = sys.excepthook  # torch's init_process_group wraps it, its destroy_process_group leaves the wrapper
     recordings = ModelRecordings(model)
     one, two = recordings.memory(1, 1, 128), recordings.memory(2, 1, 128)
     block = "model.layers.0"
@@ -229,6 +231,7 @@ def test_tensor_parallelism_shards_parameters_and_records_its_collectives_withou
     # forward: the row-wise outputs (attention's, the MLP's); backward: each column-wise layer's input gradient (q, k, v, the MLP's up)
     assert sum(phase == "forward" for phase, _ in reduced) == 2 and sum(phase != "forward" for phase, _ in reduced) == 4
     assert [len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules()] == hooks_before
+    assert sys.excepthook is excepthook and not torch.distributed.is_initialized()
 
 
 def test_each_dtensor_op_is_counted_for_its_host_time_as_commdebugmode_lists_them():

@@ -13,6 +13,7 @@ activations between a column-wise and a row-wise layer are rank 0's shards.
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
@@ -30,12 +31,15 @@ def fake_process_group(world_size: int, tensor_parallel: Optional[int] = None) -
     """A default process group of ``world_size`` fake ranks (this process is rank 0) and its 1-D mesh;
     with ``tensor_parallel``, a 2-D mesh of ``world_size // tensor_parallel`` data-parallel by
     ``tensor_parallel`` ranks, named ``dp`` and ``tp`` (torchtitan's and torch's tutorials' order:
-    tensor parallelism innermost)."""
+    tensor parallelism innermost). The process is left as it was: torch's ``init_process_group``
+    wraps ``sys.excepthook`` to prefix every later traceback with ``[rank0]:`` and its
+    ``destroy_process_group`` leaves the wrapper, one more layer an estimate."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
         raise ShardingError("a process group is initialised already: estimate FSDP2 shards in a process of its own, before init_process_group")
+    excepthook = sys.excepthook
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
         if tensor_parallel is None:
@@ -44,6 +48,7 @@ def fake_process_group(world_size: int, tensor_parallel: Optional[int] = None) -
             yield init_device_mesh("cpu", (world_size // tensor_parallel, tensor_parallel), mesh_dim_names=("dp", "tp"))
     finally:
         dist.destroy_process_group()
+        sys.excepthook = excepthook
         # DTensor caches each op's sharding by its meshes, which hash by their ranks: a real mesh of
         # the same shape built later would be handed the fake one's process groups
         from torch.distributed.tensor.debug import _clear_sharding_prop_cache
