@@ -336,6 +336,11 @@ def test_fsdp2s_copies_around_its_collectives_are_the_bytes_a_real_fsdp2_step_co
     plan = planner.plan(Layout(tp=1, dp=2, zero=3, micro_batch=1, sequence_parallel=False))
     planned = [planner.data_parallel_copied_bytes(Collective(step.name, step.group_size, step.bytes), 2) for step in plan.collectives if step.group == "data parallel"]
     assert sum(map(sum, planned)) == real == 27_371_520 + 27_371_520 // 2 + 14_735_360  # gathered out, shards in, gradients in
+    # FSDP2's hooks, per unit (4 blocks and the root) and per parameter tensor, on the CPU's one thread
+    hooked = Planner(small_gpt("meta"), 32, 2, dataclasses.replace(cpu, host_s={**cpu.host_s, "fsdp_unit": 1e-3, "fsdp_tensor": 30e-6}), "dgx-h100")
+    layout = Layout(tp=1, dp=2, zero=3, micro_batch=1, sequence_parallel=False)
+    tensors = len(list(small_gpt("meta").parameters()))
+    assert hooked.plan(layout).breakdown.data_parallel_s - plan.breakdown.data_parallel_s == pytest.approx(5 * 1e-3 + tensors * 30e-6)
     gpu = Planner(small_gpt("meta"), 32, 2, "h100", "dgx-h100")  # on a GPU the copies in run on the collectives' streams
     assert sum(sum(gpu.data_parallel_copied_bytes(Collective(step.name, step.group_size, step.bytes), 2)) for step in plan.collectives if step.group == "data parallel") == 27_371_520
 

@@ -339,6 +339,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
         assert spec.resident_products["float32"].weights[-1] * 4 * 2 <= spec.cache_bytes * RESIDENT_ROTATION  # the widths two weights of which a quarter of it holds
     assert set(spec.host_s) == set(HOST_KINDS)
     assert spec.host_s["dtensor"] > spec.host_s["op"] and spec.host_s["parallel_dtensor"] > spec.host_s["op"]  # DTensor's Python on top of the op's
+    assert spec.host_s["fsdp_unit"] > 5 * spec.host_s["fsdp_tensor"] > 5 * spec.host_s["op"]  # FSDP2's hooks: a unit's Python, each tensor's bookkeeping
 
 
 def test_the_calibration_budget_comes_from_the_environment(monkeypatch):

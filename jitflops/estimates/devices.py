@@ -28,14 +28,16 @@ from .measured_curves import Curve, ProductGrid
 
 TERA = 1e12
 
-HOST_KINDS = ("op", "view", "scalar", "module", "backward", "dtensor", "parallel_dtensor")
+HOST_KINDS = ("op", "view", "scalar", "module", "backward", "dtensor", "parallel_dtensor", "fsdp_unit", "fsdp_tensor")
 """What an eager step spends host time on: a call that dispatches a kernel, a view or other
 metadata-only op, a read of a size or scalar, an ``nn.Module`` call, the autograd engine's call
 of a backward op (no Python), and DTensor's dispatch of an op on top of the op it runs on this
 rank's shard (its sharding propagation, unwrapping the shards, wrapping the result): tensor
 parallelism's and FSDP2's parameters are DTensors. ``parallel_dtensor`` is that of an op in a module
 tensor parallelism sharded, its parallel style's conversions (``from_local``, ``redistribute``,
-``to_local``, forward and backward) shared out over its ops."""
+``to_local``, forward and backward) shared out over its ops. ``fsdp_unit`` and ``fsdp_tensor`` are
+FSDP2's hooks in a forward and backward, per unit it shards and per parameter tensor (the plan's,
+on a CPU)."""
 
 RESIDENT_SHARE = 0.5
 """The share of the last-level cache a model's weights may take and still be read from it."""

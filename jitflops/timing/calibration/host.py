@@ -4,8 +4,9 @@ its kernels.
 Timed as the median per call of a loop of many: a tiny op that dispatches a kernel (``torch.add``
 of two one-element tensors: Python, the dispatcher and an allocation), a view (``view``), a read of
 a size (``size(0)``), a call of a module that does nothing (``nn.Module.__call__``'s machinery),
-the backward of a chain of tiny products (the autograd engine's call of each backward op), and
-DTensor's dispatch of an op, alone and in a tensor-parallel module (:func:`_dtensor_per_op`).
+the backward of a chain of tiny products (the autograd engine's call of each backward op),
+DTensor's dispatch of an op, alone and in a tensor-parallel module (:func:`_dtensor_per_op`), and
+FSDP2's hooks per unit and per parameter tensor (:func:`_fsdp_per_unit`).
 On a GPU the loop is synchronised once at its end: each op's time is what the host takes to issue
 it, where the kernel is tinier than that.
 """
@@ -129,10 +130,47 @@ def _dtensor_per_op(device: torch.device) -> dict[str, float]:
     return {"dtensor": max(0.0, per_step / sum(optimizer_dtensor_ops("adamw"))), "parallel_dtensor": max(0.0, per_pass / dispatched)}
 
 
+FSDP_UNITS = 4
+"""Units of the tiny models whose forward and backward under FSDP2 time its host time."""
+
+
+def _fsdp_per_unit(device: torch.device) -> dict[str, float]:
+    """FSDP2's host time in a forward and backward beyond the plain model's (its hooks: gathering
+    each unit's parameters, copying them in and out, resharding, reducing the gradients), per unit
+    (``fsdp_unit``) and per parameter tensor (``fsdp_tensor``), on a fake process group of 2 ranks
+    (no data moves): two tiny models of :data:`FSDP_UNITS` units of one and of six 8 x 8 linears,
+    the root holding one more, solve for both (on a 2-core EPYC about 0.65-0.8 ms a unit and 20 us
+    a tensor). On a CPU, where no process group exists yet (the fake one is the default group): a
+    run under ``torchrun`` has its own, and a GPU's hooks run ahead of its kernels."""
+    if device.type != "cpu" or not torch.distributed.is_available() or torch.distributed.is_initialized():
+        return {}
+    from torch.distributed.fsdp import fully_shard
+
+    from ...estimates.fake_sharding import fake_process_group
+
+    def model(linears: int) -> nn.Sequential:
+        return nn.Sequential(*[nn.Sequential(*[nn.Linear(PARALLEL_WIDTH, PARALLEL_WIDTH) for _ in range(linears)]) for _ in range(FSDP_UNITS)],
+                             nn.Linear(PARALLEL_WIDTH, PARALLEL_WIDTH))
+
+    inputs = torch.randn(2, PARALLEL_WIDTH)
+    extra: dict[int, float] = {}
+    with fake_process_group(2) as mesh:
+        for linears in (1, 6):
+            plain, sharded = model(linears), model(linears)
+            for unit in sharded[:FSDP_UNITS]:
+                fully_shard(unit, mesh=mesh)
+            fully_shard(sharded, mesh=mesh)
+            extra[linears] = (_per_call(device, lambda: sharded(inputs).sum().backward(), calls=PASS_CALLS)
+                              - _per_call(device, lambda: plain(inputs).sum().backward(), calls=PASS_CALLS))
+    per_tensor = max(0.0, (extra[6] - extra[1]) / (2 * 5 * FSDP_UNITS))
+    return {"fsdp_unit": max(0.0, (extra[1] - (2 * FSDP_UNITS + 2) * per_tensor) / (FSDP_UNITS + 1)), "fsdp_tensor": per_tensor}
+
+
 def host_seconds(device: torch.device) -> dict[str, float]:
     """Seconds per call of each kind (:data:`~jitflops.estimates.devices.HOST_KINDS`)."""
     a, b = torch.ones(1, device=device), torch.ones(1, device=device)
     identity = nn.Identity()
     op = _per_call(device, lambda: torch.add(a, b))
     return {"op": op, "view": _per_call(device, lambda: a.view(1)), "scalar": _per_call(device, lambda: a.size(0)),
-            "module": _per_call(device, lambda: identity(a)), "backward": _backward_per_op(device), **_dtensor_per_op(device)}
+            "module": _per_call(device, lambda: identity(a)), "backward": _backward_per_op(device), **_dtensor_per_op(device),
+            **_fsdp_per_unit(device)}
