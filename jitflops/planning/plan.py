@@ -389,8 +389,9 @@ class Planner:
         (ZeRO-3) runs each of its ``units`` alone in every micro-batch: it gathers each unit's
         parameters for the forward and, but the root's (which it keeps after the forward), again for
         the backward, and reduce-scatters each unit's gradients: every call pays the ring's latency;
-        on a CPU its hooks' host time per unit and parameter tensor adds to each micro-batch's. Each reduces the gradients in their parameters' layout (DDP's buckets, a distributed
-        optimizer's buffers, FSDP2's reduce-scatter input), not as a rank may hold them: torch's
+        on a CPU its hooks' host time per unit and parameter tensor adds to each micro-batch's. Each
+        reduces the gradients in their parameters' layout (DDP's buckets, a distributed optimizer's
+        buffers, FSDP2's reduce-scatter input), not as a rank may hold them: torch's
         vocabulary-parallel embedding leaves its whole table's gradient on each tensor-parallel
         rank, which FSDP2 by tensor parallelism on 4 gloo ranks reduce-scatters as its shard."""
         gpn = self.link.gpus_per_node
@@ -413,12 +414,13 @@ class Planner:
             backward, per_step = [(Collective("reduce_scatter", group.size, int(gradients)), group) for group, _, gradients in shares], 1
         copies = sum(self._copy_seconds(size) for collective, _ in forward + backward
                      for size in self.data_parallel_copied_bytes(collective, replicas)) if layout.zero in (0, 3) else 0.0
-        if layout.zero == 3 and replicas > 1 and not self._overlaps:  # FSDP2's hooks, on the one thread (a GPU's run ahead of its kernels)
-            copies += len(units) * self.spec.host_seconds("fsdp_unit") + part.parameter_tensors * self.spec.host_seconds("fsdp_tensor")
+        hooks = 0.0  # FSDP2's, on a CPU's one thread (a GPU's run ahead of its kernels)
+        if layout.zero == 3 and replicas > 1 and not self._overlaps:
+            hooks = len(units) * self.spec.host_seconds("fsdp_unit") + part.parameter_tensors * self.spec.host_seconds("fsdp_tensor")
 
         def exposed(calls: list[tuple[Collective, Placement]], compute: float) -> float:
             return max(0.0, sum(collective_seconds(collective, self.link, group) for collective, group in calls) - (compute if self._overlaps else 0.0))
-        return per_step * (exposed(forward, part.forward_s) + exposed(backward, part.backward_s) + copies), [(collective, per_step) for collective, _ in forward + backward]
+        return per_step * (exposed(forward, part.forward_s) + exposed(backward, part.backward_s) + copies + hooks), [(collective, per_step) for collective, _ in forward + backward]
 
     def data_parallel_copied_bytes(self, collective: Collective, replicas: int) -> list[float]:
         """The copies torch's DDP and FSDP2 make around one of their collectives on the critical

@@ -42,7 +42,7 @@ from .reductions import reduction_curves
 CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 SHARES = {"products": 0.36, "resident": 0.04, "batched": 0.06, "convolutions": 0.15, "attention": 0.10, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
-"""Each family's share of the budget, after the host's time per call and the bandwidth are measured (1-2 s)."""
+"""Each family's share of the budget, after the host's time per call and the bandwidth are measured (2-4 s)."""
 
 
 @contextmanager
@@ -86,8 +86,8 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
     started = time.perf_counter()
     host = host_seconds(target)
     bandwidth = memory_bandwidth(str(target), 1024 if gpu else 256)
-    # the families share what the host's and the bandwidth's timings left (1-2 s: DTensor's import and
-    # an optimizer's first step among them), and at least half of the budget
+    # the families share what the host's and the bandwidth's timings left (2-4 s: DTensor's and
+    # FSDP2's imports, an optimizer's first step, FSDP2's hooks among them), and at least half of the budget
     budget = Budget(max(budget_s - (time.perf_counter() - started), budget_s / 2))
     cold, warm = CallTimer(target), CallTimer(target, flush=False)
     on_host = 0.0 if gpu else host["op"]  # a CPU's kernel is timed with its dispatch, which the prediction adds as host time

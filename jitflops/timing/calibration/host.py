@@ -133,14 +133,17 @@ def _dtensor_per_op(device: torch.device) -> dict[str, float]:
 FSDP_UNITS = 4
 """Units of the tiny models whose forward and backward under FSDP2 time its host time."""
 
+FSDP_LINEARS = (1, 6)
+"""The linears of each unit of the two tiny models: their parameter tensors apart, their units alike."""
+
 
 def _fsdp_per_unit(device: torch.device) -> dict[str, float]:
     """FSDP2's host time in a forward and backward beyond the plain model's (its hooks: gathering
     each unit's parameters, copying them in and out, resharding, reducing the gradients), per unit
     (``fsdp_unit``) and per parameter tensor (``fsdp_tensor``), on a fake process group of 2 ranks
-    (no data moves): two tiny models of :data:`FSDP_UNITS` units of one and of six 8 x 8 linears,
-    the root holding one more, solve for both (on a 2-core EPYC about 0.65-0.8 ms a unit and 20 us
-    a tensor). On a CPU, where no process group exists yet (the fake one is the default group): a
+    (no data moves): two tiny models of :data:`FSDP_UNITS` units of :data:`FSDP_LINEARS` linears,
+    the root holding one more, solve for both (on a 2-core EPYC 0.57-0.64 ms a unit and 23-32 us a
+    tensor). On a CPU, where no process group exists yet (the fake one is the default group): a
     run under ``torchrun`` has its own, and a GPU's hooks run ahead of its kernels."""
     if device.type != "cpu" or not torch.distributed.is_available() or torch.distributed.is_initialized():
         return {}
@@ -153,17 +156,18 @@ def _fsdp_per_unit(device: torch.device) -> dict[str, float]:
                              nn.Linear(PARALLEL_WIDTH, PARALLEL_WIDTH))
 
     inputs = torch.randn(2, PARALLEL_WIDTH)
-    extra: dict[int, float] = {}
+    extra, tensors = [], []
     with fake_process_group(2) as mesh:
-        for linears in (1, 6):
+        for linears in FSDP_LINEARS:
             plain, sharded = model(linears), model(linears)
+            tensors.append(len(list(plain.parameters())))
             for unit in sharded[:FSDP_UNITS]:
                 fully_shard(unit, mesh=mesh)
             fully_shard(sharded, mesh=mesh)
-            extra[linears] = (_per_call(device, lambda: sharded(inputs).sum().backward(), calls=PASS_CALLS)
-                              - _per_call(device, lambda: plain(inputs).sum().backward(), calls=PASS_CALLS))
-    per_tensor = max(0.0, (extra[6] - extra[1]) / (2 * 5 * FSDP_UNITS))
-    return {"fsdp_unit": max(0.0, (extra[1] - (2 * FSDP_UNITS + 2) * per_tensor) / (FSDP_UNITS + 1)), "fsdp_tensor": per_tensor}
+            extra.append(_per_call(device, lambda: sharded(inputs).sum().backward(), calls=PASS_CALLS)
+                         - _per_call(device, lambda: plain(inputs).sum().backward(), calls=PASS_CALLS))
+    per_tensor = max(0.0, (extra[1] - extra[0]) / (tensors[1] - tensors[0]))
+    return {"fsdp_unit": max(0.0, (extra[0] - tensors[0] * per_tensor) / (FSDP_UNITS + 1)), "fsdp_tensor": per_tensor}
 
 
 def host_seconds(device: torch.device) -> dict[str, float]:
