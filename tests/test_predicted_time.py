@@ -215,6 +215,27 @@ def test_a_model_whose_weights_the_cache_holds_reads_its_products_from_the_cache
     assert predict_training_step(_Mlp(), x, device=spec).total_s == pytest.approx(predict_training_step(_Mlp(), x, device=_spec()).total_s)
 
 
+def test_a_one_by_one_convolution_reads_the_pointwise_grid_where_the_spec_has_one():
+    """A 1 x 1 convolution of stride 1 is priced by its positions and weight on the spec's grid of
+    such convolutions (16 to 96 channels over 112 x 112 positions: 3,072 weight elements); without
+    one, on the product grid; one of stride 2 on the dense curve, by FLOPs."""
+    pointwise = ProductGrid((49, 12544), (768, 3072), ((1e9, 2e9), (4e9, 8e9)))
+    spec = _spec(pointwise_products={"float32": pointwise})
+    weight = _meta(96, 16, 1, 1)
+
+    def convolution(stride: int) -> EagerOpRecord:
+        return EagerOpRecord("aten::convolution", [_meta(1, 16, 112, 112), weight, None, [stride, stride], [0, 0], [1, 1], False, [0, 0], 1], [_meta(1, 96, 112, 112)],
+                             ["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"])
+    flops = 2.0 * 112 * 112 * 16 * 96
+    rate = math.exp(0.5 * math.log(4e9) + 0.5 * math.log(8e9))  # 1,536 weight elements: halfway between 768 and 3,072 on a log scale
+    assert kernel_seconds(convolution(1), spec, flops, 0) == pytest.approx(flops / rate)
+    assert kernel_seconds(convolution(1), _spec(), flops, 0) == pytest.approx(flops / 1e11)  # the product grid's rate at 12,544 rows
+    assert kernel_seconds(convolution(2), spec, flops / 4, 0) == pytest.approx(1e-9 * flops / 4)
+    assert DeviceSpec.from_mapping(__import__("json").loads(spec.to_json())) == spec
+    with pytest.raises(DeviceSpecError, match="pointwise_products"):
+        _spec(pointwise_products={"fp33": pointwise})
+
+
 def test_a_decode_steps_attention_reads_the_decode_curve():
     """One query over 512 cached keys (a decode step's) is priced on the decode curve, by its FLOPs;
     two queries on the plain one."""
@@ -331,6 +352,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert elapsed < 6 + 4, f"calibrate took {elapsed:.1f} s on a 6 s budget"
     assert spec.emulated == ("bfloat16",) and set(spec.products) == {"float32", "bfloat16"}
     assert spec.products["bfloat16"].rows == (1, 8, 32)  # emulated: small products only
+    assert set(spec.pointwise_products) == {"float32"} and spec.pointwise_products["float32"].rows == (49, 196, 784, 3136, 12544)  # 1 x 1 convolutions: not of an emulated dtype
     assert {"copy", "arithmetic", "norm", "softmax", "gather", "attention.float32", "decode_attention.float32"} <= set(spec.kernel_curves)
     caches = subprocess.run(["lscpu", "-C=LEVEL,ONE-SIZE", "-B"], capture_output=True, text=True).stdout.split()[2:] if shutil.which("lscpu") else []
     if caches:  # util-linux's reading of the last-level cache (one instance's bytes) is the spec's
@@ -340,6 +362,53 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert set(spec.host_s) == set(HOST_KINDS)
     assert spec.host_s["dtensor"] > spec.host_s["op"] and spec.host_s["parallel_dtensor"] > spec.host_s["op"]  # DTensor's Python on top of the op's
     assert spec.host_s["fsdp_unit"] > 5 * spec.host_s["fsdp_tensor"] > 5 * spec.host_s["op"]  # FSDP2's hooks: a unit's Python, each tensor's bookkeeping
+
+
+def test_a_timer_that_produces_rewrites_an_activations_input_before_each_timed_call():
+    """``OnActivations``' tensors are written in place before each timed call by a timer that
+    produces (as the op before it in a forward writes its input), by no other timer, and the call's
+    own work is untouched."""
+    from jitflops.timing.calibration.budget import CallTimer, OnActivations
+
+    x, calls = torch.ones(1000), []
+    call = OnActivations(lambda: calls.append(x.sum().item()), x)
+    before = x._version
+    CallTimer(torch.device("cpu"), flush=False, produce=True).seconds(call)
+    assert x._version == before + 1 and calls == [1000.0]
+    CallTimer(torch.device("cpu"), flush=False).seconds(call)
+    CallTimer(torch.device("cpu"), flush=False, produce=True).seconds(lambda: calls.append(0.0))
+    assert x._version == before + 1 and calls == [1000.0, 1000.0, 0.0]
+
+
+_MMAPPED_AFTER_A_4_MIB_TENSOR = """
+import ctypes, sys, torch
+from jitflops.timing.calibration import steady_allocator
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "steady":
+    steady_allocator()
+before = libc.mallinfo2().hblkhd
+x = torch.empty(2**20)
+print(libc.mallinfo2().hblkhd - before)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "confstr") or "glibc" not in (__import__("os").confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc's allocator")
+def test_calibration_leaves_the_allocator_as_a_models_forward_does():
+    """In a new process glibc serves a 4 MiB tensor with fresh mmapped pages (faulted in at its
+    first write, 10 times a depthwise convolution's time); after ``steady_allocator``, as after a
+    model's first forward, from the heap (glibc's ``mallinfo2`` counts the mmapped bytes)."""
+    import sys
+
+    def mmapped(mode: str) -> int:
+        done = subprocess.run([sys.executable, "-c", _MMAPPED_AFTER_A_4_MIB_TENSOR, mode], capture_output=True, text=True, check=True)
+        return int(done.stdout.split()[-1])
+    assert mmapped("new") >= 4 * 2**20
+    assert mmapped("steady") == 0
 
 
 def test_the_calibration_budget_comes_from_the_environment(monkeypatch):

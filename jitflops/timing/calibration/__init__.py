@@ -7,6 +7,8 @@ environment's ``JITFLOPS_CALIBRATION_BUDGET_S`` set another), it measures:
 - products: a grid of rates by rows and weight size per dtype, and batched products by FLOPs
   (:mod:`.products`); a dtype the device only emulates is found, marked and timed on small products;
   on a CPU, float32's grid again with the weights in the last-level cache, and that cache's size;
+- on a CPU, 1 x 1 convolutions on a grid of their own by positions and weight size, per dtype it
+  runs at speed;
 - dense and depthwise convolutions (:mod:`.convolutions`) and fused attention, causal or not, and
   a decode step's one query (:mod:`.attention`), by FLOPs, per dtype it runs at speed;
 - elementwise ops by kind (:mod:`.elementwise`), norms, softmax and reductions (:mod:`.reductions`)
@@ -32,7 +34,7 @@ from ...estimates.measured_curves import ProductGrid
 from ..peak_flops import memory_bandwidth
 from .attention import attention_curves
 from .budget import DEFAULT_BUDGET_S, Budget, CallTimer, budget_seconds
-from .convolutions import convolution_curves
+from .convolutions import convolution_curves, pointwise_grid
 from .elementwise import elementwise_curves
 from .gathers import gather_curve
 from .host import host_seconds
@@ -41,8 +43,28 @@ from .reductions import reduction_curves
 
 CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-SHARES = {"products": 0.36, "resident": 0.04, "batched": 0.06, "convolutions": 0.15, "attention": 0.10, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
+SHARES = {"products": 0.36, "resident": 0.04, "batched": 0.06, "convolutions": 0.11, "pointwise": 0.04, "attention": 0.10, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
 """Each family's share of the budget, after the host's time per call and the bandwidth are measured (2-4 s)."""
+
+
+MMAP_THRESHOLD_MAX = 32 * 2**20
+"""glibc's largest dynamic mmap threshold on a 64-bit machine (``DEFAULT_MMAP_THRESHOLD_MAX``)."""
+
+
+def steady_allocator() -> None:
+    """Put this process's allocator where a model's forwards leave it: every size up to 32 MiB
+    served from the heap, none from fresh pages.
+
+    glibc serves an allocation above its mmap threshold (128 KiB at the start) with fresh pages,
+    faulted in at its first write and handed back at its free; freeing such a block raises the
+    threshold to its size, up to :data:`MMAP_THRESHOLD_MAX`. A model's first forward frees its
+    activations and so raises it; calibration in a new process had not. There, a depthwise
+    convolution of 144 channels at 56 x 56 took 1.9 ms a call, and 0.41 ms once a 32 MiB block had
+    been freed; ResNet-50's ReLUs were priced at three times their time in the model. Allocating
+    and freeing one block of just under the maximum does what the model's first forward does.
+    Larger tensors are served fresh in both (a training step's 154 MB optimizer temporaries), and
+    calibration times them so."""
+    torch.empty(MMAP_THRESHOLD_MAX - 2**16, dtype=torch.uint8).fill_(0)
 
 
 @contextmanager
@@ -84,12 +106,13 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
     gpu = target.type == "cuda"
     dtypes = list(dtypes or (CALIBRATED_DTYPES if gpu else (torch.float32, torch.bfloat16)))
     started = time.perf_counter()
+    steady_allocator()
     host = host_seconds(target)
     bandwidth = memory_bandwidth(str(target), 1024 if gpu else 256)
     # the families share what the host's and the bandwidth's timings left (2-4 s: DTensor's and
     # FSDP2's imports, an optimizer's first step, FSDP2's hooks among them), and at least half of the budget
     budget = Budget(max(budget_s - (time.perf_counter() - started), budget_s / 2))
-    cold, warm = CallTimer(target), CallTimer(target, flush=False)
+    cold, warm, produced = CallTimer(target), CallTimer(target, flush=False), CallTimer(target, flush=False, produce=True)
     on_host = 0.0 if gpu else host["op"]  # a CPU's kernel is timed with its dispatch, which the prediction adds as host time
     rows, widths = (GPU_ROWS, GPU_WIDTHS) if gpu else (CPU_ROWS, CPU_WIDTHS)
     most = float("inf") if gpu else CPU_MOST_FLOPS
@@ -111,16 +134,20 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
                 grids[key] = product_grid(cold, dtype, share, rows, widths, most)
     cache = None if gpu else last_level_cache_bytes()
     resident = resident_grid(warm, Budget(budget.seconds * SHARES["resident"]), rows, widths, cache) if cache and torch.float32 in dtypes else None
+    pointwise_budget = Budget(budget.seconds * SHARES["pointwise"])
+    native = [dtype for dtype in dtypes if dtype_key(dtype) not in emulated]
+    pointwise = {} if gpu else {dtype_key(dtype): pointwise_grid(produced, dtype, Budget(pointwise_budget.left() / (len(native) - index)))
+                                for index, dtype in enumerate(native)}
     kernels: dict[str, tuple[tuple[float, float], ...]] = {}
     for family, measure in (("batched", lambda dtype, share: {"bmm": batched_curve(cold, dtype, share, (12, 48), (64, 128, 256, 512, 1024))}),
-                            ("convolutions", lambda dtype, share: convolution_curves(cold, dtype, share, on_host)),
+                            ("convolutions", lambda dtype, share: convolution_curves(cold, produced, dtype, share, on_host)),
                             ("attention", lambda dtype, share: attention_curves(warm, dtype, share, on_host))):
         family_budget = Budget(budget.seconds * SHARES[family])
         for index, dtype in enumerate(dtypes):  # an emulated dtype's large sizes are not afforded
             share = Budget(family_budget.left() / (len(dtypes) - index))
             kernels.update({f"{kind}.{dtype_key(dtype)}": curve for kind, curve in measure(dtype, share).items() if curve})
-    kernels.update(elementwise_curves(warm, Budget(budget.seconds * SHARES["elementwise"]), on_host))
-    kernels.update(reduction_curves(warm, Budget(budget.seconds * SHARES["reductions"]), on_host))
+    kernels.update(elementwise_curves(produced, Budget(budget.seconds * SHARES["elementwise"]), on_host))
+    kernels.update(reduction_curves(produced, Budget(budget.seconds * SHARES["reductions"]), on_host))
     kernels["gather"] = gather_curve(warm, Budget(budget.seconds * SHARES["gathers"]), on_host)
     kernels = {family: curve for family, curve in kernels.items() if curve}
 
@@ -144,6 +171,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
         emulated=tuple(emulated),
         cache_bytes=cache,
         resident_products={"float32": resident} if resident is not None else {},
+        pointwise_products=pointwise,
     )
 
 

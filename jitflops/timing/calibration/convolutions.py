@@ -1,9 +1,14 @@
-"""Convolutions: dense ones and depthwise ones, each a curve of time by FLOPs.
+"""Convolutions: dense ones and depthwise ones, each a curve of time by FLOPs, and 1 x 1 ones on a
+grid by positions and weight size.
 
-A 1 x 1 convolution is a product (its kernel is a matrix product over the positions): the product
-grid prices it. A dense convolution with a larger kernel, and a depthwise one (a filter per channel:
-MobileNets, ConvNeXt), run kernels of their own at rates of their own; each is timed on the layers
-of a ResNet and of a MobileNetV2 at 224 x 224, batch 1.
+A 1 x 1 convolution is a product over the positions, but on a channels-first image oneDNN runs it
+as a convolution, converting the layout: with few channels it runs far below the product of its
+shape (16 to 96 channels over 112 x 112 positions: 0.33 ms against 0.26; 24 to 144 over 56 x 56:
+0.25 against 0.15), with many near it. So it gets a grid of its own, like the products', of
+expansions by 4 from 16 to 256 input channels over 7 x 7 to 112 x 112 positions. A dense
+convolution with a larger kernel, and a depthwise one (a filter per channel: MobileNets, ConvNeXt),
+run kernels of their own at rates of their own; each is timed on the layers of a ResNet and of a
+MobileNetV2 at 224 x 224, batch 1.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .budget import Budget, CallTimer, Maker, measured_curve
+from ...estimates.measured_curves import ProductGrid
+from .budget import Budget, CallTimer, Maker, OnActivations, interleaved_medians, measured_curve
+from .products import filled_rates
 
 DENSE = ((16, 16, 28, 3, 1), (3, 32, 224, 3, 2), (32, 32, 56, 3, 1), (3, 64, 224, 7, 2), (64, 64, 56, 3, 1), (256, 256, 14, 3, 1),
          (128, 128, 56, 3, 1), (256, 256, 28, 3, 1))
@@ -23,13 +30,21 @@ DEPTHWISE = ((32, 112, 3, 1), (96, 112, 3, 2), (144, 56, 3, 1), (192, 28, 3, 1),
 """(channels, size, kernel, stride) of depthwise convolutions: MobileNetV2's, and ConvNeXt's 7 x 7."""
 
 
+POINTWISE_SIZES = (7, 14, 28, 56, 112)
+"""Sides of the square images of the 1 x 1 grid: 49 to 12,544 positions."""
+POINTWISE_CHANNELS = (16, 32, 64, 128, 256)
+"""Input channels of the 1 x 1 grid, each expanded by 4: weights of 1 Ki to 256 Ki elements."""
+POINTWISE_MOST_FLOPS = 2e9
+"""1 x 1 convolutions above this many FLOPs are not timed: the grid takes the rate of the largest timed one of their row."""
+
+
 def _convolution(device: torch.device, dtype: torch.dtype, inputs: int, outputs: int, size: int, kernel: int, stride: int, groups: int) -> tuple[float, Maker]:
     out = (size + 2 * (kernel // 2) - kernel) // stride + 1
 
     def make() -> Callable[[], object]:
         x = torch.randn(1, inputs, size, size, device=device).to(dtype)
         w = torch.randn(outputs, inputs // groups, kernel, kernel, device=device).to(dtype)
-        return lambda: F.conv2d(x, w, stride=stride, padding=kernel // 2, groups=groups)
+        return OnActivations(lambda: F.conv2d(x, w, stride=stride, padding=kernel // 2, groups=groups), x)
     return 2.0 * outputs * out * out * inputs // groups * kernel * kernel, make
 
 
@@ -43,8 +58,23 @@ def _depthwise(device: torch.device, dtype: torch.dtype, shape: tuple[int, int, 
     return _convolution(device, dtype, channels, channels, size, kernel, stride, channels)
 
 
-def convolution_curves(timer: CallTimer, dtype: torch.dtype, budget: Budget, host_s: float) -> dict[str, tuple[tuple[float, float], ...]]:
-    """The dense and the depthwise curve of ``dtype``, sharing ``budget``."""
-    dense = measured_curve(timer, Budget(budget.left() / 2), DENSE, lambda shape: _dense(timer.device, dtype, shape), host_s)
-    depthwise = measured_curve(timer, budget, DEPTHWISE, lambda shape: _depthwise(timer.device, dtype, shape), host_s)
+def convolution_curves(cold: CallTimer, produced: CallTimer, dtype: torch.dtype, budget: Budget, host_s: float) -> dict[str, tuple[tuple[float, float], ...]]:
+    """The dense and the depthwise curve of ``dtype``, sharing ``budget``: the dense ones timed
+    ``cold`` (their weights from memory, as a model's), the depthwise ones ``produced`` (a filter
+    per channel is a few hundred weights: the input, which the op before it just wrote, is what it
+    reads; flushed, 96 channels of 56 x 56 by 7 x 7 took 0.52 ms, against 0.33 after the op before)."""
+    dense = measured_curve(cold, Budget(budget.left() / 2), DENSE, lambda shape: _dense(cold.device, dtype, shape), host_s)
+    depthwise = measured_curve(produced, budget, DEPTHWISE, lambda shape: _depthwise(produced.device, dtype, shape), host_s)
     return {"convolution": dense, "depthwise_convolution": depthwise}
+
+
+def pointwise_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
+    """The rates of 1 x 1 convolutions of ``dtype`` by positions and weight size, timed in
+    interleaved passes while ``budget`` lasts; one not timed takes the rate of the largest timed
+    one of its row, or of the row below."""
+    cells = sorted((2.0 * size * size * 4 * channels * channels, size, channels) for size in POINTWISE_SIZES for channels in POINTWISE_CHANNELS
+                   if 2.0 * size * size * 4 * channels * channels <= POINTWISE_MOST_FLOPS)
+    medians = interleaved_medians(timer, budget, [(flops, _convolution(timer.device, dtype, channels, 4 * channels, size, 1, 1, 1)[1]) for flops, size, channels in cells])
+    timed = {(size, channels): flops / seconds for (flops, size, channels), seconds in zip(cells, medians) if seconds is not None}
+    return ProductGrid(tuple(size * size for size in POINTWISE_SIZES), tuple(4 * channels * channels for channels in POINTWISE_CHANNELS),
+                       filled_rates(POINTWISE_SIZES, POINTWISE_CHANNELS, timed))

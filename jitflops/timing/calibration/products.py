@@ -116,14 +116,20 @@ def product_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Seq
         return make
     medians = interleaved_medians(timer, budget, [(flops, maker(row, width)) for flops, row, width in cells])
     timed = {(row, width): flops / seconds for (flops, row, width), seconds in zip(cells, medians) if seconds is not None}
+    return ProductGrid(tuple(rows), tuple(width * width for width in widths), filled_rates(rows, widths, timed))
+
+
+def filled_rates(rows: Sequence[int], columns: Sequence[int], timed: dict[tuple[int, int], float]) -> tuple[tuple[float, ...], ...]:
+    """A grid's rates from the ``timed`` (row, column) cells: a cell not timed takes the rate of the
+    largest timed one of its row, or of the row below."""
     filled: list[tuple[float, ...]] = []
     for row in rows:
         line, last = [], None
-        for column, width in enumerate(widths):
-            last = timed.get((row, width), last)
-            line.append(last if last is not None else (filled[-1][column] if filled else float("nan")))
+        for index, column in enumerate(columns):
+            last = timed.get((row, column), last)
+            line.append(last if last is not None else (filled[-1][index] if filled else float("nan")))
         filled.append(tuple(line))
-    return ProductGrid(tuple(rows), tuple(width * width for width in widths), tuple(filled))
+    return tuple(filled)
 
 
 def resident_grid(timer: CallTimer, budget: Budget, rows: Sequence[int], widths: Sequence[int], cache_bytes: int) -> Optional[ProductGrid]:
