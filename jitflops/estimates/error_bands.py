@@ -17,16 +17,16 @@ from .devices import DeviceSpec, is_cpu_spec
 FIGURES = ("forward", "compiled forward", "training step", "prefill", "decode step", "planned throughput")
 
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "cpu": {"forward": (-0.24, 0.16), "compiled forward": (-0.26, 0.20), "training step": (-0.36, 0.48), "prefill": (-0.21, 0.02),
+    "cpu": {"forward": (-0.24, 0.19), "compiled forward": (-0.26, 0.20), "training step": (-0.36, 0.49), "prefill": (-0.33, 0.08),
             "decode step": (-0.13, 0.09)},
     "gpu": {"planned throughput": (-0.12, 0.12)},
 }
 """Per device class, per figure: the lowest and highest model's median error, as fractions, over the
-latest runs on each machine of the class measured (on a CPU: four runs on a 2-core AVX-512 EPYC,
-the latest two with this release's timing of an activation's ops on an input just written, the
-compiled forward in one of those and in one of the two before, and a 2-core AVX2 one with the
-release before those, which priced every product from memory and a decode step's attention at the
-smallest square one's time)."""
+latest runs on each machine of the class measured (on a CPU: five runs on a 2-core AVX-512 EPYC,
+the latest three with this release's timing of an activation's ops on an input just written, one
+of them with each forward timed right after its own, the compiled forward in two of those and in
+one of the two before, and a 2-core AVX2 one with the release before those, which priced every
+product from memory and a decode step's attention at the smallest square one's time)."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28): docs/benchmarks.md",
           "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-28: docs/plan.md"}
