@@ -378,6 +378,21 @@ def test_a_timer_that_produces_rewrites_an_activations_input_before_each_timed_c
     CallTimer(torch.device("cpu"), flush=False).seconds(call)
     CallTimer(torch.device("cpu"), flush=False, produce=True).seconds(lambda: calls.append(0.0))
     assert x._version == before + 1 and calls == [1000.0, 1000.0, 0.0]
+    CallTimer(torch.device("cpu"), flush=False, produce=True).seconds(OnActivations(call.run, x, fresh_output=True))
+    assert x._version == before + 2 and calls == [1000.0, 1000.0, 0.0, 1000.0, 1000.0]  # run once untimed first: its last step's pages
+
+
+def test_an_op_whose_output_glibc_maps_fresh_is_timed_after_its_own_call():
+    """A new output of more than 32 MiB is mapped afresh at each call (glibc serves nothing that
+    large from the heap): the call is marked, and timed right after an untimed one of its own. An op
+    in place, a small output or a reduction of the same input is not."""
+    from jitflops.timing.calibration.budget import on_activations
+
+    x, y = torch.randn(2**23 + 1), torch.randn(2**23 + 1)  # just over 32 MiB each
+    assert on_activations(lambda: x + y, x, y).fresh_output
+    assert not on_activations(lambda: x.add_(y), x, y).fresh_output
+    assert not on_activations(lambda: x.sum(), x).fresh_output
+    assert not on_activations(lambda: x[: 2**20] + 1, x).fresh_output
 
 
 _MMAPPED_AFTER_A_4_MIB_TENSOR = """

@@ -32,6 +32,7 @@ import torch
 from ...estimates.devices import DeviceSpec, dtype_key
 from ...estimates.measured_curves import ProductGrid
 from ..peak_flops import memory_bandwidth
+from .allocator import steady_allocator
 from .attention import attention_curves
 from .budget import DEFAULT_BUDGET_S, Budget, CallTimer, budget_seconds
 from .convolutions import convolution_curves, pointwise_grid
@@ -45,26 +46,6 @@ CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 SHARES = {"products": 0.36, "resident": 0.04, "batched": 0.06, "convolutions": 0.11, "pointwise": 0.04, "attention": 0.10, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
 """Each family's share of the budget, after the host's time per call and the bandwidth are measured (2-4 s)."""
-
-
-MMAP_THRESHOLD_MAX = 32 * 2**20
-"""glibc's largest dynamic mmap threshold on a 64-bit machine (``DEFAULT_MMAP_THRESHOLD_MAX``)."""
-
-
-def steady_allocator() -> None:
-    """Put this process's allocator where a model's forwards leave it: every size up to 32 MiB
-    served from the heap, none from fresh pages.
-
-    glibc serves an allocation above its mmap threshold (128 KiB at the start) with fresh pages,
-    faulted in at its first write and handed back at its free; freeing such a block raises the
-    threshold to its size, up to :data:`MMAP_THRESHOLD_MAX`. A model's first forward frees its
-    activations and so raises it; calibration in a new process had not. There, a depthwise
-    convolution of 144 channels at 56 x 56 took 1.9 ms a call, and 0.41 ms once a 32 MiB block had
-    been freed, and a 1 x 1 one from 16 to 96 channels at 112 x 112 3.3 ms and 0.32. Allocating
-    and freeing one block of just under the maximum does what the model's first forward does.
-    Larger tensors are served fresh in both (a training step's 154 MB optimizer temporaries), and
-    calibration times them so."""
-    torch.empty(MMAP_THRESHOLD_MAX - 2**16, dtype=torch.uint8).fill_(0)
 
 
 @contextmanager

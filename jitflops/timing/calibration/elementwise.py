@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from .budget import Budget, CallTimer, Maker, OnActivations, measured_curve
+from .budget import Budget, CallTimer, Maker, measured_curve, on_activations
 
 ELEMENTS = tuple(4**power for power in range(6, 13))
 """4 Ki to 16 Mi elements."""
@@ -49,7 +49,7 @@ def elementwise_curves(timer: CallTimer, budget: Budget, host_s: float) -> dict[
         def call_of(elements: int, run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = run) -> tuple[float, Maker]:
             def make() -> Callable[[], object]:
                 x, y = torch.randn(elements, device=timer.device), torch.rand(elements, device=timer.device) + 0.5
-                return OnActivations(lambda: run(x, y), x, y)
+                return on_activations(lambda: run(x, y), x, y)
             return elements, make
         curves[kind] = measured_curve(timer, share, ELEMENTS, call_of, host_s)
     return curves

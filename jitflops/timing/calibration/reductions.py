@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .budget import Budget, CallTimer, Maker, OnActivations, measured_curve
+from .budget import Budget, CallTimer, Maker, measured_curve, on_activations
 from .elementwise import ELEMENTS
 
 KINDS: dict[str, tuple[int, Callable[[torch.Tensor], torch.Tensor]]] = {
@@ -37,7 +37,7 @@ def reduction_curves(timer: CallTimer, budget: Budget, host_s: float) -> dict[st
         def call_of(elements: int, row: int = row, run: Callable[[torch.Tensor], torch.Tensor] = run) -> tuple[float, Maker]:
             def make() -> Callable[[], object]:
                 x = torch.randn(max(1, elements // row), row, device=timer.device)
-                return OnActivations(lambda: run(x), x)
+                return on_activations(lambda: run(x), x)
             return max(1, elements // row) * row, make
         curves[kind] = measured_curve(timer, share, ELEMENTS, call_of, host_s)
     return curves
