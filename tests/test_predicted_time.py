@@ -6,8 +6,10 @@ is emulated."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -412,13 +414,11 @@ print(libc.mallinfo2().hblkhd - before)
 """
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "confstr") or "glibc" not in (__import__("os").confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc's allocator")
+@pytest.mark.skipif(not hasattr(os, "confstr") or "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc's allocator")
 def test_calibration_leaves_the_allocator_as_a_models_forward_does():
     """In a new process glibc serves a 4 MiB tensor with fresh mmapped pages (faulted in at its
     first write, 10 times a depthwise convolution's time); after ``steady_allocator``, as after a
     model's first forward, from the heap (glibc's ``mallinfo2`` counts the mmapped bytes)."""
-    import sys
-
     def mmapped(mode: str) -> int:
         done = subprocess.run([sys.executable, "-c", _MMAPPED_AFTER_A_4_MIB_TENSOR, mode], capture_output=True, text=True, check=True)
         return int(done.stdout.split()[-1])
