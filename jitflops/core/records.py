@@ -31,6 +31,12 @@ class TensorMeta:
     kept: Optional[int] = None
     """For an attention mask read as it ran: how many of its entries let attention through (None:
     not read; the JIT trace and fake tensors hold no values)."""
+    strides: Optional[tuple[int, ...]] = None
+    """Its strides as the dispatch backend's fake tensors had them (None: not recorded; a meta
+    tensor, the JIT's meta copy's included, is laid out as the meta kernel lays it out, not as the
+    device does: a convolution's output contiguous after a channels-last input, attention's output
+    in its heads' order): whether eager code copies it to change its layout
+    (:mod:`jitflops.estimates.costs.layout`)."""
 
     @property
     def numel(self) -> int:

@@ -60,7 +60,9 @@ def _decode(value: Any) -> Any:
         if isinstance(value, UninitializedTensorMixin):  # a lazy module's parameter, before it materialises
             return TensorMeta(None, value.dtype)
         local = getattr(value, "_local_tensor", None)  # a DTensor: this rank works on its shard
-        return TensorMeta(tuple((value if local is None else local).shape), value.dtype)
+        tensor = value if local is None else local  # strides as the device lays it out: a fake tensor's, not a meta kernel's
+        strides = tuple(tensor.stride()) if tensor.layout == torch.strided and tensor.device.type != "meta" else None
+        return TensorMeta(tuple(tensor.shape), value.dtype, strides=strides)
     if isinstance(value, torch.ScriptObject) and value._has_method("unpack"):
         weight = value.unpack()[0]  # a quantized layer's packed weights: the weight they hold
         return TensorMeta(tuple(weight.shape), weight.dtype)

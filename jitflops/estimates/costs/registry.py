@@ -9,7 +9,7 @@ per op family, as the FLOP formulas are.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Generic, Optional, TypeVar
 
 from ...core.records import OpRecord
 from ..devices import DeviceSpec
@@ -17,15 +17,17 @@ from ..devices import DeviceSpec
 KernelCost = Callable[[OpRecord, DeviceSpec, float, float], Optional[float]]
 """(record, spec, flops, bytes) -> seconds of the op's kernel, or None: no curve for it here."""
 
+Cost = TypeVar("Cost", bound=Callable)
 
-class CostTable:
-    """Op kinds to their kernel costs, filled by the ``register`` decorator of each family."""
+
+class CostTable(Generic[Cost]):
+    """Op kinds to their costs, filled by the ``register`` decorator of each family."""
 
     def __init__(self) -> None:
-        self._costs: dict[str, KernelCost] = {}
+        self._costs: dict[str, Cost] = {}
 
-    def register(self, *kinds: str) -> Callable[[KernelCost], KernelCost]:
-        def decorate(cost: KernelCost) -> KernelCost:
+    def register(self, *kinds: str) -> Callable[[Cost], Cost]:
+        def decorate(cost: Cost) -> Cost:
             for kind in kinds:
                 if kind in self._costs:
                     raise ValueError(f"kernel costs: {kind} registered twice")
@@ -34,14 +36,14 @@ class CostTable:
 
         return decorate
 
-    def get(self, kind: str) -> Optional[KernelCost]:
+    def get(self, kind: str) -> Optional[Cost]:
         return self._costs.get(kind)
 
     def kinds(self) -> frozenset[str]:
         return frozenset(self._costs)
 
 
-KERNEL_COSTS = CostTable()
+KERNEL_COSTS: CostTable[KernelCost] = CostTable()
 
 
 def roofline_seconds(flops: float, traffic: float, peak: float, spec: DeviceSpec, dtype: str = "float32") -> float:
