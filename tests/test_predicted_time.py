@@ -354,8 +354,8 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert elapsed < 6 + 4, f"calibrate took {elapsed:.1f} s on a 6 s budget"
     assert spec.emulated == ("bfloat16",) and set(spec.products) == {"float32", "bfloat16"}
     assert spec.products["bfloat16"].rows == (1, 8, 32)  # emulated: small products only
-    assert set(spec.pointwise_products) == {"float32"} and spec.pointwise_products["float32"].rows == (49, 196, 784, 3136, 12544)  # 1 x 1 convolutions: not of an emulated dtype
-    assert {"copy", "arithmetic", "norm", "softmax", "gather", "attention.float32", "decode_attention.float32"} <= set(spec.kernel_curves)
+    assert set(spec.pointwise_products) == {"float32"} and spec.pointwise_products["float32"].rows == (1, 49, 196, 784, 3136, 12544)  # 1 x 1 convolutions: not of an emulated dtype; one position: a squeeze-and-excitation's
+    assert {"copy", "transpose", "arithmetic", "norm", "softmax", "gather", "attention.float32", "decode_attention.float32"} <= set(spec.kernel_curves)
     caches = subprocess.run(["lscpu", "-C=LEVEL,ONE-SIZE", "-B"], capture_output=True, text=True).stdout.split()[2:] if shutil.which("lscpu") else []
     if caches:  # util-linux's reading of the last-level cache (one instance's bytes) is the spec's
         last = max(zip(caches[::2], caches[1::2]), key=lambda pair: int(pair[0]))

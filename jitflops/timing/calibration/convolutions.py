@@ -5,7 +5,7 @@ A 1 x 1 convolution is a product over the positions, but on a channels-first ima
 as a convolution, converting the layout: with few channels it runs far below the product of its
 shape (16 to 96 channels over 112 x 112 positions: 0.33 ms against 0.26; 24 to 144 over 56 x 56:
 0.25 against 0.15), with many near it. So it gets a grid of its own, like the products', of
-expansions by 4 from 16 to 256 input channels over 7 x 7 to 112 x 112 positions. A dense
+expansions by 4 from 16 to 256 input channels over 1 x 1 to 112 x 112 positions. A dense
 convolution with a larger kernel, and a depthwise one (a filter per channel: MobileNets, ConvNeXt),
 run kernels of their own at rates of their own; each is timed on the layers of a ResNet and of a
 MobileNetV2 at 224 x 224, batch 1.
@@ -30,8 +30,11 @@ DEPTHWISE = ((32, 112, 3, 1), (96, 112, 3, 2), (144, 56, 3, 1), (192, 28, 3, 1),
 """(channels, size, kernel, stride) of depthwise convolutions: MobileNetV2's, and ConvNeXt's 7 x 7."""
 
 
-POINTWISE_SIZES = (7, 14, 28, 56, 112)
-"""Sides of the square images of the 1 x 1 grid: 49 to 12,544 positions."""
+POINTWISE_SIZES = (1, 7, 14, 28, 56, 112)
+"""Sides of the square images of the 1 x 1 grid: 1 to 12,544 positions. One position is a
+squeeze-and-excitation's (RegNetY's, EfficientNet's, MobileNetV3's), on the pooled image: oneDNN's
+call, not the product, sets its time (RegNetY's took 40 to 50 µs, where the grid's rate at 49
+positions gave 4)."""
 POINTWISE_CHANNELS = (16, 32, 64, 128, 256)
 """Input channels of the 1 x 1 grid, each expanded by 4: weights of 1 Ki to 256 Ki elements."""
 POINTWISE_MOST_FLOPS = 2e9
