@@ -81,6 +81,23 @@ def test_a_linear_layer_costs_its_product_at_the_grids_rate_and_its_bias_copy():
     assert kernel_seconds(with_bias, spec, flops, 1.0) == pytest.approx(flops / 1e11 + 1e-9 * 1000 * 100)  # + the bias copied into 1e5 outputs
 
 
+def test_a_products_rate_follows_its_weights_shape_where_the_spec_has_its_aspects():
+    """A weight of 1e4 elements read at its rows on the grid (1e11 FLOP/s at 1,000 rows), times the
+    aspects' rate at its K over N against the square one's: 50 x 200 (K/N = 1/4) is read at K = 50 of
+    the 100 x 100 aspects, 200 x 50 at K = 200."""
+    aspects = ProductGrid((1, 1000), (50, 100, 200), ((1.0, 1.0, 1.0), (0.8, 1.0, 1.25)))
+    spec = _spec(product_aspects={"float32": aspects})
+    x, out = _meta(1000, 50), _meta(1000, 200)
+    flops = 2.0 * 1000 * 50 * 200
+    widening = EagerOpRecord("aten::linear", [x, _meta(200, 50), None], [out], ["input", "weight", "bias"])
+    narrowing = EagerOpRecord("aten::linear", [_meta(1000, 200), _meta(50, 200), None], [_meta(1000, 50)], ["input", "weight", "bias"])
+    square = EagerOpRecord("aten::linear", [_meta(1000, 100), _meta(100, 100), None], [_meta(1000, 100)], ["input", "weight", "bias"])
+    assert kernel_seconds(widening, spec, flops, 1.0) == pytest.approx(flops / (1e11 * 0.8))
+    assert kernel_seconds(narrowing, spec, flops, 1.0) == pytest.approx(flops / (1e11 * 1.25))
+    assert kernel_seconds(square, spec, flops, 1.0) == pytest.approx(flops / 1e11)
+    assert kernel_seconds(widening, _spec(), flops, 1.0) == pytest.approx(flops / 1e11)  # a spec without aspects: the grid alone
+
+
 def test_each_family_reads_its_own_curve_by_its_own_work():
     spec = _spec(kernel_curves={**_spec().kernel_curves, "tanh": ((1000.0, 3e-6), (1e9, 3.0)), "pool": ((1000.0, 5e-6), (1e9, 5.0))})
     x = _meta(1 << 20)
@@ -354,6 +371,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert elapsed < 6 + 4, f"calibrate took {elapsed:.1f} s on a 6 s budget"
     assert spec.emulated == ("bfloat16",) and set(spec.products) == {"float32", "bfloat16"}
     assert spec.products["bfloat16"].rows == (1, 8, 32)  # emulated: small products only
+    assert set(spec.product_aspects) == {"float32"} and spec.product_aspects["float32"].weights == (512, 1024, 2048)  # the middle width's shapes
     assert set(spec.pointwise_products) == {"float32"} and spec.pointwise_products["float32"].rows == (1, 49, 196, 784, 3136, 12544)  # 1 x 1 convolutions: not of an emulated dtype; one position: a squeeze-and-excitation's
     assert {"copy", "transpose", "arithmetic", "norm", "softmax", "gather", "attention.float32", "decode_attention.float32"} <= set(spec.kernel_curves)
     caches = subprocess.run(["lscpu", "-C=LEVEL,ONE-SIZE", "-B"], capture_output=True, text=True).stdout.split()[2:] if shutil.which("lscpu") else []

@@ -1,5 +1,6 @@
 """Matrix products' kernels: a product of M rows by a K x N weight at the rate the spec's product
-grid gives for M and K x N, and where it adds a bias, the copy of the bias into its output that
+grid gives for M and K x N, times the rate its shape reaches against a square weight's (the spec's
+aspects, by K over N), and where it adds a bias, the copy of the bias into its output that
 comes first (``addmm``'s); a batched product (attention's, ``bmm``) on its batched curve by FLOPs; a
 grouped product of experts (``_grouped_mm``) as its groups' mean rows by one expert's weight."""
 
@@ -15,12 +16,24 @@ from .registry import KERNEL_COSTS, curve_of
 from .operands import compute_dtype
 
 
-def product_seconds(spec: DeviceSpec, dtype: str, rows: float, weight: float, flops: float) -> Optional[float]:
-    """``flops`` of ``rows`` rows by a weight of ``weight`` elements, at the grid's rate (None: no grid)."""
+def product_seconds(spec: DeviceSpec, dtype: str, rows: float, weight: float, flops: float, inner: Optional[float] = None) -> Optional[float]:
+    """``flops`` of ``rows`` rows by a weight of ``weight`` elements, at the grid's rate (None: no
+    grid), and by the weight's shape where ``inner`` (its K) is given and the spec has its aspects."""
     grid = spec.products.get(dtype) or spec.products.get("float32")
     if grid is None or flops <= 0:
         return None
-    return flops / grid.rate(max(rows, 1.0), max(weight, 1.0))
+    rows, weight = max(rows, 1.0), max(weight, 1.0)
+    return flops / (grid.rate(rows, weight) * aspect_factor(spec, dtype, rows, weight, inner))
+
+
+def aspect_factor(spec: DeviceSpec, dtype: str, rows: float, weight: float, inner: Optional[float]) -> float:
+    """A weight of K = ``inner`` by N = ``weight`` / K: its product's rate against a square weight's
+    of its size, read from the spec's aspects (1: none, or no K) at the same K over N."""
+    aspects = spec.product_aspects.get(dtype) or spec.product_aspects.get("float32")
+    if aspects is None or not inner:
+        return 1.0
+    square = aspects.weights[len(aspects.weights) // 2]  # K = N: the middle of half, equal and twice the width
+    return aspects.rate(rows, inner * square / math.sqrt(weight)) / aspects.rate(rows, square)
 
 
 def _with_bias(spec: DeviceSpec, seconds: Optional[float], bias: object, output_elements: float) -> Optional[float]:
@@ -42,7 +55,7 @@ def linear_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float)
     if not isinstance(x, TensorMeta) or not isinstance(w, TensorMeta) or not w.shape:
         return None
     rows = x.numel / max(w.shape[-1], 1)
-    seconds = product_seconds(spec, dtype_key(compute_dtype(op)), rows, math.prod(w.shape), flops)
+    seconds = product_seconds(spec, dtype_key(compute_dtype(op)), rows, math.prod(w.shape), flops, inner=w.shape[-1])
     return _with_bias(spec, seconds, op.input(2), rows * w.shape[0])
 
 
@@ -54,7 +67,7 @@ def matrix_product_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic
     if op.kind in ("aten::addmm", "aten::mm", "aten::matmul") and len(matrices) >= 2 and len(matrices[-1].shape) == 2:
         a, b = matrices[-2], matrices[-1]
         rows = a.numel / max(a.shape[-1], 1)
-        seconds = product_seconds(spec, dtype, rows, math.prod(b.shape), flops)
+        seconds = product_seconds(spec, dtype, rows, math.prod(b.shape), flops, inner=b.shape[0])
         return _with_bias(spec, seconds, op.input(0) if op.kind == "aten::addmm" else None, rows * b.shape[-1])
     return _batched(spec, dtype, flops)
 
@@ -65,4 +78,4 @@ def grouped_product_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffi
     if not isinstance(a, TensorMeta) or not isinstance(b, TensorMeta) or len(b.shape or ()) != 3:
         return None
     groups = b.shape[0]
-    return product_seconds(spec, dtype_key(compute_dtype(op)), a.shape[0] / groups, b.shape[1] * b.shape[2], flops)
+    return product_seconds(spec, dtype_key(compute_dtype(op)), a.shape[0] / groups, b.shape[1] * b.shape[2], flops, inner=b.shape[1])

@@ -4,7 +4,8 @@ Within one time budget (:mod:`.budget`: 40 s by default, on any machine; ``--bud
 environment's ``JITFLOPS_CALIBRATION_BUDGET_S`` set another), it measures:
 
 - the host's time per eager call by kind (:mod:`.host`) and the bandwidth of a large copy;
-- products: a grid of rates by rows and weight size per dtype, and batched products by FLOPs
+- products: a grid of rates by rows and weight size per dtype, the rates one weight size reaches
+  by its shape (an inner width half, equal to and twice the square's), and batched products by FLOPs
   (:mod:`.products`); a dtype the device only emulates is found, marked and timed on small products;
   on a CPU, float32's grid again with the weights in the last-level cache, and that cache's size;
 - on a CPU, 1 x 1 convolutions on a grid of their own by positions and weight size, per dtype it
@@ -39,12 +40,13 @@ from .convolutions import convolution_curves, pointwise_grid
 from .elementwise import elementwise_curves
 from .gathers import gather_curve
 from .host import host_seconds
-from .products import CPU_MOST_FLOPS, CPU_ROWS, CPU_WIDTHS, GPU_ROWS, GPU_WIDTHS, batched_curve, is_emulated, last_level_cache_bytes, product_grid, resident_grid
+from .products import (CPU_MOST_FLOPS, CPU_ROWS, CPU_WIDTHS, GPU_ROWS, GPU_WIDTHS, aspect_grid, batched_curve, is_emulated, last_level_cache_bytes, product_grid,
+                       resident_grid)
 from .reductions import reduction_curves
 
 CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-SHARES = {"products": 0.36, "resident": 0.04, "batched": 0.06, "convolutions": 0.11, "pointwise": 0.04, "attention": 0.10, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
+SHARES = {"products": 0.33, "aspects": 0.03, "resident": 0.04, "batched": 0.06, "convolutions": 0.11, "pointwise": 0.04, "attention": 0.10, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
 """Each family's share of the budget, after the host's time per call and the bandwidth are measured (2-4 s)."""
 
 
@@ -113,10 +115,13 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
                 grids[key] = product_grid(cold, dtype, share, small, widths[:2], most)
             else:
                 grids[key] = product_grid(cold, dtype, share, rows, widths, most)
+    aspects_budget = Budget(budget.seconds * SHARES["aspects"])
+    native = [dtype for dtype in dtypes if dtype_key(dtype) not in emulated]
+    aspects = {dtype_key(dtype): aspect_grid(cold, dtype, Budget(aspects_budget.left() / (len(native) - index)), rows, widths[len(widths) // 2], most)
+               for index, dtype in enumerate(native)}
     cache = None if gpu else last_level_cache_bytes()
     resident = resident_grid(warm, Budget(budget.seconds * SHARES["resident"]), rows, widths, cache) if cache and torch.float32 in dtypes else None
     pointwise_budget = Budget(budget.seconds * SHARES["pointwise"])
-    native = [dtype for dtype in dtypes if dtype_key(dtype) not in emulated]
     pointwise = {} if gpu else {dtype_key(dtype): pointwise_grid(produced, dtype, Budget(pointwise_budget.left() / (len(native) - index)))
                                 for index, dtype in enumerate(native)}
     kernels: dict[str, tuple[tuple[float, float], ...]] = {}
@@ -153,6 +158,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
         cache_bytes=cache,
         resident_products={"float32": resident} if resident is not None else {},
         pointwise_products=pointwise,
+        product_aspects=aspects,
     )
 
 

@@ -132,6 +132,26 @@ def filled_rates(rows: Sequence[int], columns: Sequence[int], timed: dict[tuple[
     return tuple(filled)
 
 
+def aspect_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequence[int], width: int, most_flops: float = float("inf")) -> ProductGrid:
+    """Rates of products of one weight size, ``width`` squared, by rows and the weight's inner width K:
+    half, equal to and twice ``width`` (N the rest), timed in interleaved passes while ``budget`` lasts
+    (a row over ``most_flops`` takes the rates of the row below). MKL runs a weight that narrows its
+    input faster than the square one of its size, and one that widens it slower: on the 2-core
+    EPYC, 128 rows by 2,048 x 512 at 146 GFLOP/s, by 1,024 x 1,024 at 123, by 512 x 2,048 at 112."""
+    inners = (width // 2, width, 2 * width)
+    cells = sorted((2.0 * row * width * width, row, inner) for row in rows for inner in inners if 2.0 * row * width * width <= most_flops)
+
+    def maker(row: int, inner: int) -> Maker:
+        def make() -> Callable[[], object]:
+            x = torch.randn(row, inner, device=timer.device).to(dtype)
+            weights = itertools.cycle([torch.randn(width * width // inner, inner, device=timer.device).to(dtype) for _ in range(3)])
+            return lambda: F.linear(x, next(weights))
+        return make
+    medians = interleaved_medians(timer, budget, [(flops, maker(row, inner)) for flops, row, inner in cells])
+    timed = {(row, inner): flops / seconds for (flops, row, inner), seconds in zip(cells, medians) if seconds is not None}
+    return ProductGrid(tuple(rows), inners, filled_rates(rows, inners, timed))
+
+
 def resident_grid(timer: CallTimer, budget: Budget, rows: Sequence[int], widths: Sequence[int], cache_bytes: int) -> Optional[ProductGrid]:
     """float32's grid with its weights in the last-level cache of ``cache_bytes`` (``timer`` must not
     flush): the widths whose weights fit :data:`RESIDENT_ROTATION` of it, several times over (None: none does)."""
