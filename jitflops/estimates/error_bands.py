@@ -18,12 +18,12 @@ FIGURES = ("forward", "compiled forward", "training step", "prefill", "decode st
 
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
     "cpu": {"forward": (-0.24, 0.19), "compiled forward": (-0.26, 0.20), "training step": (-0.36, 0.49), "prefill": (-0.33, 0.08),
-            "decode step": (-0.13, 0.10)},
+            "decode step": (-0.13, 0.14)},
     "gpu": {"planned throughput": (-0.12, 0.12)},
 }
 """Per device class, per figure: the lowest and highest model's median error, as fractions, over the
-latest runs on each machine of the class measured (on a CPU: seven runs on a 2-core AVX-512 EPYC,
-the latest five with this release's timing of an activation's ops on an input just written, one
+latest runs on each machine of the class measured (on a CPU: eight runs on a 2-core AVX-512 EPYC,
+the latest six with this release's timing of an activation's ops on an input just written, one
 of them with each forward timed right after its own, the compiled forward in two of those and in
 one of the two before, and a 2-core AVX2 one with the release before those, which priced every
 product from memory and a decode step's attention at the smallest square one's time)."""
