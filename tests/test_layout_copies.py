@@ -17,6 +17,7 @@ from jitflops.estimates.roofline import PredictedTimeAnalysis
 from jitflops.timing.calibration.elementwise import KINDS, TRANSPOSED_WIDTH
 
 LAYOUT_CHANGES = {"aten::contiguous", "aten::reshape", "aten::flatten", "aten::_convolution", "aten::layer_norm", "aten::native_layer_norm"}
+"""The calls of a real forward whose ``clone`` is a layout copy, as the profiler names them."""
 
 
 def _profiled_copies(model: torch.nn.Module, inputs: dict) -> int:
@@ -84,24 +85,26 @@ def test_a_layout_copy_is_a_transposition_where_its_innermost_dimension_is_strid
     spec = _spec()
     transposed = _strided((1, 128, 4096), (524288, 1, 128))  # (1, 4096, 128).transpose(1, 2)
     heads = _strided((1, 128, 8, 64), (65536, 64, 8192, 1))  # (1, 8, 128, 64).transpose(1, 2): rows of 64 moved whole
-    contiguous = _strided((1, 128, 4096), (524288, 4096, 1))
     elements = 128 * 4096
 
     def cost(kind: str, source: TensorMeta, names: list, *rest: object) -> float:
         return kernel_seconds(EagerOpRecord(kind, [source, *rest], [TensorMeta(source.shape, torch.float32)], names), spec, 0.0, 0.0)
 
-    assert cost("aten::contiguous", transposed, ["self", "memory_format"], 0) == pytest.approx(5e-9 * elements)
-    assert cost("aten::contiguous", heads, ["self", "memory_format"], 0) == pytest.approx(1e-9 * 128 * 8 * 64)
-    assert cost("aten::contiguous", contiguous, ["self", "memory_format"], 0) == 0.0
-    # the dispatch backend's contiguous(): a clone to the contiguous format, which the bytes leave out
+    # contiguous() and a copying reshape as the dispatch backend records them: a clone to the contiguous format, which the bytes leave out
     assert cost("aten::clone", transposed, ["self", "memory_format"], torch.contiguous_format) == pytest.approx(5e-9 * elements)
-    flat = EagerOpRecord("aten::reshape", [transposed, [1, -1]], [TensorMeta((1, elements), torch.float32)], ["self", "shape"])
-    assert kernel_seconds(flat, spec, 0.0, 0.0) == pytest.approx(5e-9 * elements)  # torch.empty_strided(...).view(1, -1) refuses
+    assert cost("aten::clone", heads, ["self", "memory_format"], torch.contiguous_format) == pytest.approx(1e-9 * 128 * 8 * 64)
+    assert cost("aten::clone", TensorMeta((1, 128, 4096), torch.float32), ["self", "memory_format"], torch.contiguous_format) == 0.0  # no strides recorded (meta)
+    norm = EagerOpRecord("aten::native_layer_norm", [transposed, [4096], None, None, 1e-5], [TensorMeta((1, 128, 4096), torch.float32)],
+                         ["input", "normalized_shape", "weight", "bias", "eps"])
+    assert kernel_seconds(norm, spec, 0.0, 0.0) == pytest.approx(5e-9 * elements)
     # a convolution of a sequence viewed as an image: its size-1 batch's stride makes torch suggest the contiguous format
     image = _strided((1, 128, 64, 64), (128, 1, 8192, 128))
     weight = _strided((128, 1, 3, 3), (9, 9, 3, 1))
     convolution = EagerOpRecord("aten::convolution", [image, weight, None], [TensorMeta((1, 128, 64, 64), torch.float32)], ["input", "weight", "bias"])
-    assert kernel_seconds(convolution, _spec(), 0.0, 0.0) == pytest.approx(5e-9 * elements)
+    assert kernel_seconds(convolution, spec, 0.0, 0.0) == pytest.approx(5e-9 * elements)
+    permuted = EagerOpRecord("aten::convolution", [_strided((1, 128, 64, 64), (524288, 1, 8192, 128)), weight, None],
+                             [TensorMeta((1, 128, 64, 64), torch.float32)], ["input", "weight", "bias"])
+    assert kernel_seconds(permuted, spec, 0.0, 0.0) == 0.0  # a permuted channels-last image: read as it is
 
 
 def test_calibration_times_a_transposition_to_the_contiguous_layout() -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from ...core.records import OpRecord
 from ..devices import DeviceSpec, dtype_key
 from . import attention, convolution, elementwise, gathers, products, reductions  # noqa: F401  (each registers its family)
-from .layout import VIEW_COPIES, layout_copy_seconds
+from .layout import layout_copy_seconds
 from .operands import compute_dtype
 from .registry import KERNEL_COSTS, roofline_seconds
 
-FUSED_WHEN_COMPILED = elementwise.ELEMENTWISE_KINDS | reductions.REDUCTION_KINDS | VIEW_COPIES
+FUSED_WHEN_COMPILED = elementwise.ELEMENTWISE_KINDS | reductions.REDUCTION_KINDS
 """The ops ``torch.compile`` (inductor) writes its own loops for, fusing each run of them into one kernel."""
 
 

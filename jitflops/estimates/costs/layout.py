@@ -1,13 +1,14 @@
-"""Copies eager code makes only to change a tensor's layout: ``contiguous`` of a tensor that is not,
-a ``reshape`` or ``flatten`` that cannot be a view, a ``clone`` to the contiguous format (what the
-dispatch backend sees of both), and the copy a convolution makes of an input that is not contiguous
-(SegFormer's ``transpose(1, 2).view(...)`` before its depthwise convolution: ``_convolution`` runs
-``contiguous`` first). The traffic formulas leave them out, a count's convention
-(:mod:`jitflops.handles.traffic`); the time has them, where the front end recorded the strides the
-tensor had as it ran (the JIT trace, the dispatch backend). A copy whose source is strided in its
-innermost dimension transposes: the spec's ``transpose`` curve prices it (on a CPU five to ten times
-a ``clone``'s time an element); any other (a slice's, a permutation of the outer dimensions) a
-copy's."""
+"""Copies eager code makes only to change a tensor's layout, as the dispatch backend records them:
+a ``clone`` to the contiguous format (what ``contiguous`` of a tensor that is not, and a ``reshape``
+that cannot be a view, run), a layer norm's copy of an input that is not contiguous, and a
+convolution's of an input or weight not in the memory format torch suggests for them (SegFormer's
+``transpose(1, 2).view(...)`` before its depthwise convolution: ``_convolution`` runs ``contiguous``
+first). The traffic formulas leave them out, a count's convention (:mod:`jitflops.handles.traffic`);
+the time has them, where the front end recorded the strides the tensor had as it ran (the dispatch
+backend's fake tensors; a meta tensor's are its meta kernel's, not the device's, and the JIT's meta
+copy records none). A copy whose source is strided in its innermost dimension transposes: the spec's
+``transpose`` curve prices it (on a CPU five to ten times a ``clone``'s time an element); any other
+(a slice's, a permutation of the outer dimensions) a copy's."""
 
 from __future__ import annotations
 
@@ -26,10 +27,6 @@ LayoutSource = Callable[[OpRecord], tuple[TensorMeta, ...]]
 
 LAYOUT_COPIES: CostTable[LayoutSource] = CostTable()
 
-VIEW_COPIES = frozenset({"aten::contiguous", "aten::reshape", "aten::reshape_as", "aten::flatten", "aten::clone"})
-"""The kinds whose own call is the layout copy (not a convolution's), which ``torch.compile`` fuses
-as it fuses any copy."""
-
 _CHANNELS_LAST = (torch.channels_last, torch.channels_last_3d)
 
 
@@ -42,53 +39,23 @@ def _strided(meta: object) -> Optional[torch.Tensor]:
     return torch.empty_strided(meta.shape, meta.strides, device="meta")
 
 
-def _format(value: object) -> Optional[torch.memory_format]:
-    """A memory format as the dispatch backend (the enum) or the JIT trace (its int) records it."""
-    if isinstance(value, torch.memory_format) or value is None:
-        return value
-    return {0: torch.contiguous_format, 1: torch.preserve_format, 2: torch.channels_last, 3: torch.channels_last_3d}.get(value)
-
-
-@LAYOUT_COPIES.register("aten::contiguous")
-def contiguous_sources(op: OpRecord) -> tuple[TensorMeta, ...]:
-    """``contiguous`` copies a tensor that is not contiguous in the format it asks for."""
-    tensor = _strided(op.input(0))
-    memory_format = _format(op.arg_or("memory_format", torch.contiguous_format)) or torch.contiguous_format
-    if tensor is None or memory_format == torch.preserve_format or tensor.is_contiguous(memory_format=memory_format):
-        return ()
-    return (op.input(0),)
-
-
-@LAYOUT_COPIES.register("aten::reshape", "aten::reshape_as", "aten::flatten")
-def reshape_sources(op: OpRecord) -> tuple[TensorMeta, ...]:
-    """A reshape copies where its result cannot be a view of the tensor's strides (torch's own rule)."""
-    tensor, result = _strided(op.input(0)), op.outputs[0] if op.outputs else None
-    if tensor is None or not isinstance(result, TensorMeta) or result.shape is None:
-        return ()
-    try:
-        tensor.view(result.shape)
-    except RuntimeError:
-        return (op.input(0),)
-    return ()
-
-
 @LAYOUT_COPIES.register("aten::clone")
 def clone_sources(op: OpRecord) -> tuple[TensorMeta, ...]:
     """A clone to the contiguous format (``contiguous`` and a copying ``reshape`` under the dispatch
     backend) is the layout copy the traffic formulas leave out, where the strides that made it were
     recorded (a meta tensor may be copied where the device's is not); any other clone they count."""
-    copied = _strided(op.input(0)) is not None and _format(op.arg_or("memory_format", None)) == torch.contiguous_format
+    copied = _strided(op.input(0)) is not None and op.arg_or("memory_format", None) == torch.contiguous_format
     return (op.input(0),) if copied else ()
 
 
-@LAYOUT_COPIES.register("aten::layer_norm", "aten::native_layer_norm")
+@LAYOUT_COPIES.register("aten::native_layer_norm")
 def layer_norm_sources(op: OpRecord) -> tuple[TensorMeta, ...]:
     """A layer norm makes its input contiguous first (SegFormer's, on a transposed sequence of patches)."""
     tensor = _strided(op.input(0))
     return (op.input(0),) if tensor is not None and not tensor.is_contiguous() else ()
 
 
-@LAYOUT_COPIES.register("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d")
+@LAYOUT_COPIES.register("aten::convolution")
 def convolution_sources(op: OpRecord) -> tuple[TensorMeta, ...]:
     """A convolution runs channels-last where torch suggests that format for its input or its weight,
     else contiguous, and copies the one of them not in it. torch suggests a format by the strides'
