@@ -94,6 +94,9 @@ def test_a_layout_copy_is_a_transposition_where_its_innermost_dimension_is_strid
     assert cost("aten::clone", transposed, ["self", "memory_format"], torch.contiguous_format) == pytest.approx(5e-9 * elements)
     assert cost("aten::clone", heads, ["self", "memory_format"], torch.contiguous_format) == pytest.approx(1e-9 * 128 * 8 * 64)
     assert cost("aten::clone", TensorMeta((1, 128, 4096), torch.float32), ["self", "memory_format"], torch.contiguous_format) == 0.0  # no strides recorded (meta)
+    datasheet = DeviceSpec("gpu (test)", {"float32": 1e12}, 1e12, memory_efficiency=0.5, launch_s=2e-6)  # no curves: the roofline of its bytes
+    clone = EagerOpRecord("aten::clone", [transposed, torch.contiguous_format], [TensorMeta(transposed.shape, torch.float32)], ["self", "memory_format"])
+    assert kernel_seconds(clone, datasheet, 0.0, 0.0) == pytest.approx(2 * 4 * elements / 0.5e12 + 2e-6)
     norm = EagerOpRecord("aten::native_layer_norm", [transposed, [4096], None, None, 1e-5], [TensorMeta((1, 128, 4096), torch.float32)],
                          ["input", "normalized_shape", "weight", "bias", "eps"])
     assert kernel_seconds(norm, spec, 0.0, 0.0) == pytest.approx(5e-9 * elements)

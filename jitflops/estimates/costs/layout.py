@@ -82,5 +82,5 @@ def _copy_seconds(source: TensorMeta, spec: DeviceSpec) -> float:
     curve = (curve_of(spec, "transpose") if innermost != [1] else None) or curve_of(spec, "copy")
     if curve is not None:
         return curve_seconds(curve, source.numel)
-    width = source.dtype.itemsize if source.dtype is not None else 4
-    return roofline_seconds(0.0, 2.0 * source.numel * width, 1.0, spec)
+    width = source.dtype.itemsize if source.dtype is not None else 4  # no curve (a datasheet device): its bytes read and written
+    return roofline_seconds(0.0, 2.0 * source.numel * width, spec.peak_for(source.dtype), spec)
