@@ -255,6 +255,31 @@ def test_a_one_by_one_convolution_reads_the_pointwise_grid_where_the_spec_has_on
         _spec(pointwise_products={"fp33": pointwise})
 
 
+def test_a_grouped_convolution_reads_the_grouped_grid_by_its_reduction_and_flops():
+    """A grouped 3 x 3 convolution (8 channels a group: a reduction of 72 per output) is priced on
+    the spec's grouped grid by its reduction and FLOPs; without one on the dense curve, as a
+    transposed one; a depthwise one (1 channel a group) on its own curve."""
+    grouped = ProductGrid((36, 144), (8_000_000, 32_000_000), ((1e10, 2e10), (4e10, 8e10)))
+    spec = _spec(grouped_convolutions={"float32": grouped})
+
+    def convolution(channels: int, groups: int, transposed: bool = False) -> EagerOpRecord:
+        return EagerOpRecord("aten::convolution", [_meta(1, channels, 28, 28), _meta(channels, channels // groups, 3, 3), None, [1, 1], [1, 1], [1, 1], transposed,
+                                                   [0, 0], groups], [_meta(1, channels, 28, 28)],
+                             ["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"])
+    flops = 2.0 * 28 * 28 * 256 * 8 * 9  # 14.5 MFLOPs
+    along_flops = math.log(flops / 8e6) / math.log(4)
+    at_36, at_144 = (math.exp((1 - along_flops) * math.log(low) + along_flops * math.log(high)) for low, high in ((1e10, 2e10), (4e10, 8e10)))
+    rate = math.exp(0.5 * math.log(at_36) + 0.5 * math.log(at_144))  # a reduction of 72: halfway between 36 and 144 on a log scale
+    assert kernel_seconds(convolution(256, 32), spec, flops, 0) == pytest.approx(flops / rate)
+    assert kernel_seconds(convolution(256, 32), _spec(), flops, 0) == pytest.approx(1e-9 * flops)  # no grid: the dense curve
+    assert kernel_seconds(convolution(256, 32, transposed=True), spec, flops, 0) == pytest.approx(1e-9 * flops)
+    depthwise_flops = 2.0 * 28 * 28 * 256 * 9
+    assert kernel_seconds(convolution(256, 256), spec, depthwise_flops, 0) == pytest.approx(1e-9 * depthwise_flops)
+    assert DeviceSpec.from_mapping(__import__("json").loads(spec.to_json())) == spec
+    with pytest.raises(DeviceSpecError, match="grouped_convolutions"):
+        _spec(grouped_convolutions={"fp33": grouped})
+
+
 def test_a_decode_steps_attention_reads_the_decode_curve():
     """One query over 512 cached keys (a decode step's) is priced on the decode curve, by its FLOPs;
     two queries on the plain one."""
@@ -373,6 +398,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert spec.products["bfloat16"].rows == (1, 8, 32)  # emulated: small products only
     assert set(spec.product_aspects) == {"float32"} and spec.product_aspects["float32"].weights == (512, 1024, 2048)  # the middle width's shapes
     assert set(spec.pointwise_products) == {"float32"} and spec.pointwise_products["float32"].rows == (1, 49, 196, 784, 3136, 12544)  # 1 x 1 convolutions: not of an emulated dtype; one position: a squeeze-and-excitation's
+    assert set(spec.grouped_convolutions) == {"float32"} and spec.grouped_convolutions["float32"].rows == (36, 72, 144, 576, 1152)  # grouped 3 x 3: 4 to 128 channels a group
     assert {"copy", "transpose", "arithmetic", "norm", "softmax", "gather", "attention.float32", "decode_attention.float32"} <= set(spec.kernel_curves)
     caches = subprocess.run(["lscpu", "-C=LEVEL,ONE-SIZE", "-B"], capture_output=True, text=True).stdout.split()[2:] if shutil.which("lscpu") else []
     if caches:  # util-linux's reading of the last-level cache (one instance's bytes) is the spec's

@@ -104,6 +104,10 @@ class DeviceSpec:
     rows and the weight's inner width K, half, equal to and twice that width (``jitflops calibrate``):
     a product's rate against a square weight's of its size, read by its K over its N (a weight
     that widens its input, 512 to 2,048, runs below the square one; one that narrows it, above)."""
+    grouped_convolutions: Mapping[str, ProductGrid] = field(default_factory=dict)
+    """Grouped convolutions' rates per dtype key (``jitflops calibrate``): a grid whose ``rows`` are
+    the reduction of an output (a group's input channels times the kernel's area) and whose
+    ``weights`` are the convolution's FLOPs. A group of 4 channels runs at a third of one of 64."""
     matches: tuple[str, ...] = field(default=(), compare=False)
     """Fragments of ``torch.cuda.get_device_name`` that name this device, most specific first."""
 
@@ -130,9 +134,10 @@ class DeviceSpec:
                 problems.append(f"{name} must be in (0, 1], got {value!r}")
         if not isinstance(self.launch_s, (int, float)) or self.launch_s < 0:
             problems.append(f"launch_s must be a non-negative number of seconds, got {self.launch_s!r}")
-        for key in [*self.products, *self.emulated, *self.resident_products, *self.pointwise_products, *self.product_aspects]:
+        for key in [*self.products, *self.emulated, *self.resident_products, *self.pointwise_products, *self.product_aspects, *self.grouped_convolutions]:
             if key not in DTYPE_KEYS:
-                problems.append(f"products, resident_products, pointwise_products, product_aspects and emulated take dtype keys, got {key!r} (known: {', '.join(DTYPE_KEYS)})")
+                problems.append(f"products, resident_products, pointwise_products, product_aspects, grouped_convolutions and emulated take dtype keys, "
+                                f"got {key!r} (known: {', '.join(DTYPE_KEYS)})")
         for family, points in self.kernel_curves.items():
             if not points or any(len(point) != 2 or not point[0] > 0 or not point[1] > 0 for point in points) or list(points) != sorted(points):
                 problems.append(f"kernel_curves[{family!r}] must be (work > 0, seconds > 0) pairs in increasing work, got {points!r}")
@@ -197,7 +202,7 @@ class DeviceSpec:
         curve = tuple(tuple(point) for point in document.get("compute_curve", ()))
         curves = {key: tuple(tuple(point) for point in points) for key, points in document.get("dtype_curves", {}).items()}
         grids = {}
-        for name in ("products", "resident_products", "pointwise_products", "product_aspects"):
+        for name in ("products", "resident_products", "pointwise_products", "product_aspects", "grouped_convolutions"):
             try:
                 grids[name] = {key: ProductGrid.from_mapping(grid) for key, grid in document.get(name, {}).items()}
             except (KeyError, TypeError, ValueError) as error:

@@ -10,7 +10,8 @@ environment's ``JITFLOPS_CALIBRATION_BUDGET_S`` set another), it measures:
   on a CPU, float32's grid again with the weights in the last-level cache, and that cache's size;
 - on a CPU, 1 x 1 convolutions on a grid of their own by positions and weight size, per dtype it
   runs at speed;
-- dense and depthwise convolutions (:mod:`.convolutions`) and fused attention, causal or not, and
+- dense and depthwise convolutions (:mod:`.convolutions`), grouped ones on a grid by the width of a
+  group and FLOPs, per dtype it runs at speed, and fused attention, causal or not, and
   a decode step's one query (:mod:`.attention`), by FLOPs, per dtype it runs at speed;
 - elementwise ops by kind (:mod:`.elementwise`), norms, softmax and reductions (:mod:`.reductions`)
   and gathers (:mod:`.gathers`), by elements.
@@ -36,7 +37,7 @@ from ..peak_flops import memory_bandwidth
 from .allocator import steady_allocator
 from .attention import attention_curves
 from .budget import DEFAULT_BUDGET_S, Budget, CallTimer, budget_seconds
-from .convolutions import convolution_curves, pointwise_grid
+from .convolutions import convolution_curves, grouped_grid, pointwise_grid
 from .elementwise import elementwise_curves
 from .gathers import gather_curve
 from .host import host_seconds
@@ -46,7 +47,7 @@ from .reductions import reduction_curves
 
 CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-SHARES = {"products": 0.33, "aspects": 0.03, "resident": 0.04, "batched": 0.06, "convolutions": 0.11, "pointwise": 0.04, "attention": 0.10, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
+SHARES = {"products": 0.33, "aspects": 0.03, "resident": 0.04, "batched": 0.06, "convolutions": 0.11, "pointwise": 0.04, "grouped": 0.02, "attention": 0.08, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
 """Each family's share of the budget, after the host's time per call and the bandwidth are measured (2-4 s)."""
 
 
@@ -124,6 +125,8 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
     pointwise_budget = Budget(budget.seconds * SHARES["pointwise"])
     pointwise = {} if gpu else {dtype_key(dtype): pointwise_grid(produced, dtype, Budget(pointwise_budget.left() / (len(native) - index)))
                                 for index, dtype in enumerate(native)}
+    grouped_budget = Budget(budget.seconds * SHARES["grouped"])
+    grouped = {dtype_key(dtype): grouped_grid(produced, dtype, Budget(grouped_budget.left() / (len(native) - index))) for index, dtype in enumerate(native)}
     kernels: dict[str, tuple[tuple[float, float], ...]] = {}
     for family, measure in (("batched", lambda dtype, share: {"bmm": batched_curve(cold, dtype, share, (12, 48), (64, 128, 256, 512, 1024))}),
                             ("convolutions", lambda dtype, share: convolution_curves(cold, produced, dtype, share, on_host)),
@@ -159,6 +162,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
         resident_products={"float32": resident} if resident is not None else {},
         pointwise_products=pointwise,
         product_aspects=aspects,
+        grouped_convolutions=grouped,
     )
 
 

@@ -1,5 +1,5 @@
-"""Convolutions: dense ones and depthwise ones, each a curve of time by FLOPs, and 1 x 1 ones on a
-grid by positions and weight size.
+"""Convolutions: dense ones and depthwise ones, each a curve of time by FLOPs, 1 x 1 ones on a
+grid by positions and weight size, and grouped ones on a grid by the width of a group and FLOPs.
 
 A 1 x 1 convolution is a product over the positions, but on a channels-first image oneDNN runs it
 as a convolution, converting the layout: with few channels it runs far below the product of its
@@ -8,11 +8,15 @@ shape (16 to 96 channels over 112 x 112 positions: 0.33 ms against 0.26; 24 to 1
 expansions by 4 from 16 to 256 input channels over 1 x 1 to 112 x 112 positions. A dense
 convolution with a larger kernel, and a depthwise one (a filter per channel: MobileNets, ConvNeXt),
 run kernels of their own at rates of their own; each is timed on the layers of a ResNet and of a
-MobileNetV2 at 224 x 224, batch 1.
+MobileNetV2 at 224 x 224, batch 1. A grouped convolution (ResNeXt's, RegNet's: a few input
+channels to each filter) runs at the rate of the reduction each output sums over, its group's
+input channels times the kernel's area, more than by its FLOPs: at 29 MFLOPs on the 2-core EPYC,
+4 channels a group ran at 69 GFLOP/s, 16 at 146, 64 at 200, where the dense curve gave all 70.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -39,6 +43,18 @@ POINTWISE_CHANNELS = (16, 32, 64, 128, 256)
 """Input channels of the 1 x 1 grid, each expanded by 4: weights of 1 Ki to 256 Ki elements."""
 POINTWISE_MOST_FLOPS = 2e9
 """1 x 1 convolutions above this many FLOPs are not timed: the grid takes the rate of the largest timed one of their row."""
+
+GROUP_WIDTHS = (4, 8, 16, 64, 128)
+"""Input channels per group of the grouped grid (3 x 3 kernels: reductions of 36 to 1,152): ResNeXt's
+4 to 32, RegNetX's 8 to 24, RegNetY's 64, and wider."""
+GROUPED_FLOPS = (2e6, 8e6, 32e6, 128e6)
+"""FLOPs of the grouped grid's columns: a small RegNet's 7 x 7 layers to ResNeXt-50's and RegNetY's largest."""
+
+
+def _groups_of(width: int) -> int:
+    """The groups a grouped convolution of ``width`` channels a group has in the grid: 32 of a few
+    channels (ResNeXt's cardinality), 256 channels in all of wide ones."""
+    return 32 if width <= 16 else max(256 // width, 2)
 
 
 def _convolution(device: torch.device, dtype: torch.dtype, inputs: int, outputs: int, size: int, kernel: int, stride: int, groups: int) -> tuple[float, Maker]:
@@ -81,3 +97,23 @@ def pointwise_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> Prod
     timed = {(size, channels): flops / seconds for (flops, size, channels), seconds in zip(cells, medians) if seconds is not None}
     return ProductGrid(tuple(size * size for size in POINTWISE_SIZES), tuple(4 * channels * channels for channels in POINTWISE_CHANNELS),
                        filled_rates(POINTWISE_SIZES, POINTWISE_CHANNELS, timed))
+
+
+def grouped_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
+    """The rates of grouped 3 x 3 convolutions of ``dtype`` by the reduction of an output (a group's
+    input channels times the kernel's 9) and FLOPs: a :class:`ProductGrid` whose ``rows`` are
+    reductions and whose ``weights`` are FLOPs, timed in interleaved passes while ``budget`` lasts
+    (an image of the side that comes nearest each column's FLOPs; a cell not timed takes the rate of
+    the largest timed one of its row, or of the row below)."""
+    cells = []
+    for width in GROUP_WIDTHS:
+        groups = _groups_of(width)
+        for flops in GROUPED_FLOPS:
+            side = max(round(math.sqrt(flops / (2.0 * 9 * groups * width * width))), 2)
+            work, make = _convolution(timer.device, dtype, groups * width, groups * width, side, 3, 1, groups)
+            cells.append((work, width, int(flops), make))
+    cells.sort(key=lambda cell: cell[0])
+    medians = interleaved_medians(timer, budget, [(work, make) for work, _, _, make in cells])
+    timed = {(width, flops): work / seconds for (work, width, flops, _), seconds in zip(cells, medians) if seconds is not None}
+    return ProductGrid(tuple(9 * width for width in GROUP_WIDTHS), tuple(int(flops) for flops in GROUPED_FLOPS),
+                       filled_rates(GROUP_WIDTHS, tuple(int(flops) for flops in GROUPED_FLOPS), timed))
