@@ -97,6 +97,32 @@ def test_gpt2_on_meta_with_the_usual_calls_matches_megatrons_forward_formula(gpt
     assert analysis.unsupported_ops() == {} and analysis.counted_by == "jit"
 
 
+@pytest.mark.parametrize("call", list(_calls(1)))
+def test_the_dispatch_backend_and_a_profile_count_a_meta_model_with_the_usual_calls(gpt2, call):
+    """The dispatch backend on meta, forward and (given labels) backward, with the calls users make:
+    Megatron's forward as above, and the backward twice it (its 3 passes). An all-ones mask failed
+    there: transformers reads a mask's values to drop it where it masks nothing, and a meta tensor
+    has none; it is recorded on the path the JIT's count takes (the traced one), which reads none.
+    A profile of the meta model (timed by default) counts it and times nothing, as does DeepSpeed's
+    ``get_model_profile``."""
+    from jitflops import get_model_profile, profile_model
+
+    tokens, layers, hidden, vocab = 1024, 12, 768, 50257
+    megatron = 12 * tokens * layers * hidden**2 * (1 + tokens / (6 * hidden)) + tokens * hidden * vocab
+    kwargs = _calls(tokens)[call]
+    forward = FlopCountAnalysis(gpt2, (), kwargs, backend="dispatch").unsupported_ops_warnings(False)
+    assert forward.total() == pytest.approx(megatron, rel=0.005) and forward.counted_by == "dispatch"
+    if "labels" in kwargs:
+        step = FlopCountAnalysis(gpt2, (), kwargs, backend="dispatch", backward=True).unsupported_ops_warnings(False)
+        assert step.total() == pytest.approx(3 * megatron, rel=0.01)
+    profile = profile_model(gpt2, (), kwargs, device="h100")
+    assert profile.root.latency is None and profile.summary.forward is None
+    counted = FlopCountAnalysis(gpt2, (), kwargs).total()  # multiply-adds
+    assert profile.root.flops == 2 * counted and profile.root.predicted_s > 0
+    flops, macs, parameters = get_model_profile(gpt2, kwargs=kwargs, print_profile=False, as_string=False)
+    assert (flops, macs) == (2 * counted, counted) and parameters == sum(p.numel() for p in gpt2.parameters())
+
+
 def _llama_hand_count(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int, tokens: int) -> dict[str, int]:
     head_dim = hidden // heads
     per_layer = 2 * hidden * hidden + 2 * hidden * head_dim * kv_heads + 3 * hidden * ffn

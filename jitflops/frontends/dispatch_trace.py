@@ -45,7 +45,8 @@ from .flex_attention_ops import FLEX_ATTENTION_ARGUMENTS, FLEX_ATTENTION_KIND, f
 from ..handles.attention import SOFTMAX_KINDS
 from ..handles.spectral import FFT_KINDS
 from .masked_scores import MaskedScorePairing
-from .meta_values import DEVICE_META_KERNELS, holds_meta, meta_kernels
+from .meta_values import DEVICE_META_KERNELS, holds_meta, meta_kernels, reads_a_meta_value
+from .traced_path import on_the_traced_path
 from ..core.model_guard import own_cycles_collected, preserved
 from ..core.model_io import ModelCall, tensor_leaves
 from ..core.process_groups import dispatches_to_dtensor, process_group_meta
@@ -537,7 +538,25 @@ def record_with_dispatch(
     The model comes back unchanged, gradients included: the backward runs on fresh ``.grad``
     fields, and every parameter's and input's ``.grad`` is put back afterwards. ``guarded=False``:
     the model is a private copy (a fake one), left as the run leaves it.
+
+    A model on the meta device that reads a value there (transformers reads an attention mask's
+    values to drop it when it masks nothing) is recorded again on the path it takes when traced
+    (:func:`~jitflops.frontends.traced_path.on_the_traced_path`), which reads none: the JIT's
+    count of a meta model takes that path too.
     """
+    arguments = (model, call, aliases, backward, fake_inputs, guarded, whole, whole_as_on_a_gpu)
+    try:
+        return _recorded(*arguments)
+    except TraceError as error:
+        if fake_inputs or not holds_meta(list(model.parameters()), call) or not reads_a_meta_value(error.__cause__):
+            raise
+    with on_the_traced_path():
+        return _recorded(*arguments)
+
+
+def _recorded(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], backward: Optional[BackwardFn], fake_inputs: bool, guarded: bool,
+              whole: Sequence[str], whole_as_on_a_gpu: bool) -> DispatchTrace:
+    """One run of :func:`record_with_dispatch`."""
     # ModuleTracker names modules ``RootType.child.grandchild``, by any path that reaches them; the
     # root is the "" every scope starts with.
     root_type = type(model).__name__

@@ -481,6 +481,16 @@ def holds_meta(parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
     return any(t.is_meta for t in [*parameters, *call.tensors()])
 
 
+META_VALUE_READS = ("cannot be called on meta tensors", "Cannot copy out of meta tensor", "with Meta tensors", "data-independent implementation does not exist")
+"""What torch's meta kernels say when a value is read from a meta tensor: ``item()`` and ``bool()``,
+``tolist()``, ``torch.equal``, ``nonzero``."""
+
+
+def reads_a_meta_value(error: Optional[BaseException]) -> bool:
+    """Whether ``error`` is a meta tensor's refusal to give a value (it has none)."""
+    return isinstance(error, (RuntimeError, NotImplementedError)) and any(words in str(error) for words in META_VALUE_READS)
+
+
 def lost_values(graph: "torch._C.Graph", model: nn.Module) -> list[str]:
     """Values a meta trace turned into tensor constants: ops the tracer did not record. The
     model's own tensors that are not graph inputs (non-persistent buffers) are constants in any

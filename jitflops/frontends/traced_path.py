@@ -16,20 +16,23 @@ from typing import Iterator
 
 import torch
 
+from ..core.model_guard import RECORDING_LOCK
+
 
 @contextmanager
 def on_the_traced_path() -> Iterator[None]:
     """For the body, in the calling thread, ``torch.jit.is_tracing()`` answers True, as it does
     under the tracer; other threads get torch's own answer. The tracer's state stays unset: every
-    reader of it in torch and transformers then takes a path that reads no tensor's value. Called
-    under :data:`~jitflops.core.model_guard.RECORDING_LOCK` (the answer is process-wide)."""
-    answer, thread = torch.jit.is_tracing, threading.get_ident()
+    reader of it in torch and transformers then takes a path that reads no tensor's value. Holds
+    :data:`~jitflops.core.model_guard.RECORDING_LOCK` (the answer is process-wide)."""
+    with RECORDING_LOCK:
+        answer, thread = torch.jit.is_tracing, threading.get_ident()
 
-    def is_tracing() -> bool:
-        return threading.get_ident() == thread or answer()
+        def is_tracing() -> bool:
+            return threading.get_ident() == thread or answer()
 
-    torch.jit.is_tracing = is_tracing
-    try:
-        yield
-    finally:
-        torch.jit.is_tracing = answer
+        torch.jit.is_tracing = is_tracing
+        try:
+            yield
+        finally:
+            torch.jit.is_tracing = answer

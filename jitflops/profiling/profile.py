@@ -14,6 +14,7 @@ from ..engine.activation_count import ActivationCountAnalysis
 from ..engine.communication import communication_of
 from ..frontends.dispatch_trace import BackwardFn
 from .ranks import profile_on_every_rank
+from ..frontends.meta_values import holds_meta
 from ..frontends.program_source import ProgramSource, is_program_source
 from ..engine.flop_count import FlopCountAnalysis
 from .hierarchy import build_hierarchy
@@ -75,7 +76,7 @@ def profile_model(
     """Count (by trace) and time (eagerly) ``model`` on one call, into one :class:`ModelProfile`.
 
     ``repeats`` timed iterations follow ``warm_up`` untimed ones (none with ``timed=False``:
-    counts only, which also works on the meta device); with ``with_ops`` as many further forwards
+    counts only; a model on the meta device is counted, never timed: it has no values to run on); with ``with_ops`` as many further forwards
     run under ``torch.profiler`` for the per-op table (op times are their medians). ``backend`` picks the counting front end
     (``"jit"`` or ``"dispatch"``, see :class:`~jitflops.JitModelAnalysis`). With ``backward`` (True, or a callable that runs
     the backward from the output), the backward pass's MACs are measured by the dispatch backend
@@ -104,12 +105,13 @@ def profile_model(
         call = ModelCall.from_user(inputs, kwargs)
         flops, activations = count_model(subject, call, elementwise, backend)
         names = module_aliases(model)
-        timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed else None
+        timed_here = timed and not holds_meta(list(model.parameters()), call)  # a meta model has no values to run on
+        timing = time_modules(model, call, names, warm_up=warm_up, repeats=repeats, progress=progress) if timed_here else None
         rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats, flops.of_same_recording(ByteCountAnalysis).op_counts())) if with_ops else ()
         step = training_step_analysis(model, call, backward) if backward else None
         communication = communication_of(step or flops)  # the backward's collectives too, where it was recorded
         predicted = flops.of_same_recording(PredictedTimeAnalysis, device=spec, mode=mode).by_module(emit_warnings=False) if spec is not None else None
-        measured_on = device_name(model_device(model, call)) if timed else None
+        measured_on = device_name(model_device(model, call)) if timed_here else None
         predicted_where_timed = spec is not None and measured_on is not None and describes(spec, measured_on)
         root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication, predicted, predicted_where_timed)
         backward_macs, recompute_macs = backward_macs_of(step) if step else (None, None)
@@ -119,7 +121,7 @@ def profile_model(
             timing_overhead=timing.overhead if timing else None,
             backward_macs=backward_macs,
             recompute_macs=recompute_macs,
-            peak_flops=peak_flops if peak_flops is not None or not timed else model_peak_flops(model, call),
+            peak_flops=peak_flops if peak_flops is not None or not timed_here else model_peak_flops(model, call),
             counted_by=flops.counted_by,
             fallback_reason=flops.fallback_reason,
             collectives=tuple(communication.by_collective().values()) if communication else (),
