@@ -383,11 +383,11 @@ def run(args: argparse.Namespace) -> str:
     if args.generate is not None and (args.generate < 1 or not args.input_ids):
         raise UsageError("--generate TOKENS needs TOKENS >= 1 and a prompt: --input-ids BATCH,LENGTH")
     timed = args.profile or args.ops
-    if args.device == "meta" and (timed or args.backward or args.backend == "dispatch"):
+    if args.device == "meta" and timed:
         if prediction is not None and args.predict is None:
             raise UsageError(f"--device {prediction.name} predicts without running the model (it is counted on meta): to time it here too, "
                              f"use --device cpu or cuda with --predict {prediction.name}")
-        raise UsageError("the meta device has no data: --profile, --ops, --backward and --backend dispatch need cpu or cuda")
+        raise UsageError("the meta device has no data to time: --profile and --ops need cpu or cuda")
     try:
         device = torch.device(args.device)
     except RuntimeError:

@@ -93,6 +93,19 @@ def test_elementwise_option():
     assert "elementwise=True counts them" not in counted["convention"]
 
 
+def test_the_backward_and_the_dispatch_backend_count_a_model_on_meta(capsys):
+    """``--backward`` and ``--backend dispatch`` on the meta device (nothing to time, values never
+    read): the backward's multiply-adds twice the forward's (a product's two gradients), the
+    dispatch forward the JIT's. They were refused on meta, the dispatch backend failing on masks."""
+    from jitflops.cli import main
+
+    def summary(*options: str) -> dict:
+        assert main(["--example", "transformer", "--device", "meta", "--format", "json", "--quiet", *options]) == 0
+        return json.loads(capsys.readouterr().out)["summary"]
+    traced, dispatched = summary(), summary("--backend", "dispatch", "--backward")
+    assert dispatched["macs"] == traced["macs"] > 0 and dispatched["backward_macs"] == 2 * traced["macs"]
+
+
 def test_meta_device_counts_a_large_model():
     pytest.importorskip("transformers")
     out = jitflops("transformers:LlamaModel", "--config", "hidden_size=4096", "num_hidden_layers=4", "num_attention_heads=32",
