@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 import torch
 
@@ -60,6 +60,16 @@ def _matmul_tf32(allowed: bool) -> Iterator[None]:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
+
+
+Measured = TypeVar("Measured")
+
+
+def _each_dtype(seconds: float, dtypes: Sequence[torch.dtype], measure: Callable[[torch.dtype, Budget], Measured]) -> dict[str, Measured]:
+    """``measure(dtype, share)`` of each of ``dtypes`` in turn, by dtype key, sharing ``seconds``:
+    each gets an equal part of what those before it left."""
+    family = Budget(seconds)
+    return {dtype_key(dtype): measure(dtype, Budget(family.left() / (len(dtypes) - index))) for index, dtype in enumerate(dtypes)}
 
 
 def monotone_shares(grid: ProductGrid) -> tuple[tuple[float, float], ...]:
@@ -116,25 +126,18 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
                 grids[key] = product_grid(cold, dtype, share, small, widths[:2], most)
             else:
                 grids[key] = product_grid(cold, dtype, share, rows, widths, most)
-    aspects_budget = Budget(budget.seconds * SHARES["aspects"])
     native = [dtype for dtype in dtypes if dtype_key(dtype) not in emulated]
-    aspects = {dtype_key(dtype): aspect_grid(cold, dtype, Budget(aspects_budget.left() / (len(native) - index)), rows, widths[len(widths) // 2], most)
-               for index, dtype in enumerate(native)}
+    aspects = _each_dtype(budget.seconds * SHARES["aspects"], native, lambda dtype, share: aspect_grid(cold, dtype, share, rows, widths[len(widths) // 2], most))
     cache = None if gpu else last_level_cache_bytes()
     resident = resident_grid(warm, Budget(budget.seconds * SHARES["resident"]), rows, widths, cache) if cache and torch.float32 in dtypes else None
-    pointwise_budget = Budget(budget.seconds * SHARES["pointwise"])
-    pointwise = {} if gpu else {dtype_key(dtype): pointwise_grid(produced, dtype, Budget(pointwise_budget.left() / (len(native) - index)))
-                                for index, dtype in enumerate(native)}
-    grouped_budget = Budget(budget.seconds * SHARES["grouped"])
-    grouped = {dtype_key(dtype): grouped_grid(produced, dtype, Budget(grouped_budget.left() / (len(native) - index))) for index, dtype in enumerate(native)}
+    pointwise = {} if gpu else _each_dtype(budget.seconds * SHARES["pointwise"], native, lambda dtype, share: pointwise_grid(produced, dtype, share))
+    grouped = _each_dtype(budget.seconds * SHARES["grouped"], native, lambda dtype, share: grouped_grid(produced, dtype, share))
     kernels: dict[str, tuple[tuple[float, float], ...]] = {}
     for family, measure in (("batched", lambda dtype, share: {"bmm": batched_curve(cold, dtype, share, (12, 48), (64, 128, 256, 512, 1024))}),
                             ("convolutions", lambda dtype, share: convolution_curves(cold, produced, dtype, share, on_host)),
                             ("attention", lambda dtype, share: attention_curves(warm, dtype, share, on_host))):
-        family_budget = Budget(budget.seconds * SHARES[family])
-        for index, dtype in enumerate(dtypes):  # an emulated dtype's large sizes are not afforded
-            share = Budget(family_budget.left() / (len(dtypes) - index))
-            kernels.update({f"{kind}.{dtype_key(dtype)}": curve for kind, curve in measure(dtype, share).items() if curve})
+        for key, curves in _each_dtype(budget.seconds * SHARES[family], dtypes, measure).items():  # an emulated dtype's large sizes are not afforded
+            kernels.update({f"{kind}.{key}": curve for kind, curve in curves.items() if curve})
     kernels.update(elementwise_curves(produced, Budget(budget.seconds * SHARES["elementwise"]), on_host))
     kernels.update(reduction_curves(produced, Budget(budget.seconds * SHARES["reductions"]), on_host))
     kernels["gather"] = gather_curve(warm, Budget(budget.seconds * SHARES["gathers"]), on_host)

@@ -47,7 +47,7 @@ POINTWISE_MOST_FLOPS = 2e9
 GROUP_WIDTHS = (4, 8, 16, 64, 128)
 """Input channels per group of the grouped grid (3 x 3 kernels: reductions of 36 to 1,152): ResNeXt's
 4 to 32, RegNetX's 8 to 24, RegNetY's 64, and wider."""
-GROUPED_FLOPS = (2e6, 8e6, 32e6, 128e6)
+GROUPED_FLOPS = (2_000_000, 8_000_000, 32_000_000, 128_000_000)
 """FLOPs of the grouped grid's columns: a small RegNet's 7 x 7 layers to ResNeXt-50's and RegNetY's largest."""
 
 
@@ -111,9 +111,8 @@ def grouped_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> Produc
         for flops in GROUPED_FLOPS:
             side = max(round(math.sqrt(flops / (2.0 * 9 * groups * width * width))), 2)
             work, make = _convolution(timer.device, dtype, groups * width, groups * width, side, 3, 1, groups)
-            cells.append((work, width, int(flops), make))
+            cells.append((work, width, flops, make))
     cells.sort(key=lambda cell: cell[0])
     medians = interleaved_medians(timer, budget, [(work, make) for work, _, _, make in cells])
     timed = {(width, flops): work / seconds for (work, width, flops, _), seconds in zip(cells, medians) if seconds is not None}
-    return ProductGrid(tuple(9 * width for width in GROUP_WIDTHS), tuple(int(flops) for flops in GROUPED_FLOPS),
-                       filled_rates(GROUP_WIDTHS, tuple(int(flops) for flops in GROUPED_FLOPS), timed))
+    return ProductGrid(tuple(9 * width for width in GROUP_WIDTHS), GROUPED_FLOPS, filled_rates(GROUP_WIDTHS, GROUPED_FLOPS, timed))
