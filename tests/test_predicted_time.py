@@ -19,12 +19,15 @@ from torch import nn
 
 from jitflops.core.records import BACKWARD, EagerOpRecord, TensorMeta
 from jitflops.estimates.costs import kernel_seconds
-from jitflops.estimates.devices import HOST_KINDS, DeviceSpec, DeviceSpecError
-from jitflops.estimates.execution import Timeline, modules_entered
+from jitflops.estimates.devices import HOST_KINDS, LIBRARY_CALLS, DeviceSpec, DeviceSpecError
+from jitflops.estimates.execution import Timeline, host_kind, modules_entered
 from jitflops.estimates.generation_time import predict_generation
 from jitflops.estimates.measured_curves import ProductGrid, curve_seconds
 from jitflops.estimates.roofline import PredictedTimeAnalysis
 from jitflops.estimates.training_step_time import predict_training_step
+from jitflops.timing.calibration.budget import Budget, CallTimer
+from jitflops.timing.calibration.convolutions import grouped_grid
+from jitflops.timing.calibration.products import filled_rates
 
 F32 = torch.float32
 
@@ -215,6 +218,21 @@ def test_a_forward_is_its_ops_host_calls_and_kernels_by_hand():
     assert PredictedTimeAnalysis(_Mlp(), x, device=gpu, mode="graph").total() == pytest.approx(2 * flops / 1e11 + 2e-9 * 1000 * 100)
 
 
+def test_a_libraries_call_costs_a_gpus_host_its_own_calibrated_time_and_an_ops_without_one():
+    """On a GPU a product's eager call costs the host what the spec measured for a product's call
+    (``jitflops calibrate`` times one apart on a GPU: cuBLAS plans each call), here 40 us against a
+    plain op's 4: ``_Mlp`` on a batch of one, whose tiny kernels wait on the host, takes its two
+    products' 72 us more; a spec that measured none (a CPU's) prices them as ops."""
+    x = torch.randn(1, 100)
+    plain, libraries = _spec(name="gpu (test)"), _spec(name="gpu (test)", host_s={**_spec().host_s, "product": 40e-6})
+    assert PredictedTimeAnalysis(_Mlp(), x, device=libraries).total() - PredictedTimeAnalysis(_Mlp(), x, device=plain).total() == pytest.approx(2 * 36e-6)
+    assert plain.host_seconds("product") == plain.host_seconds("op") == 4e-6 and libraries.host_seconds("convolution") == 4e-6
+    assert [host_kind(kind) for kind in ("aten::linear", "aten::addmm", "aten::_convolution", "aten::batch_norm", "aten::scaled_dot_product_attention", "aten::add")] == [
+        "product", "product", "convolution", "batch_norm", "attention", "op"]
+    assert host_kind("aten::linear", backward=True) == "backward"
+    assert DeviceSpec.from_mapping(__import__("json").loads(libraries.to_json())) == libraries
+
+
 def test_a_model_whose_weights_the_cache_holds_reads_its_products_from_the_cache_grid():
     """``_Mlp``'s 80 KB of weights fit half of a 1 MB cache: its products take the resident grid's
     rate (4e11 FLOP/s), not the memory grid's (1e11); with a 100 KB cache they do not fit, and the
@@ -278,6 +296,17 @@ def test_a_grouped_convolution_reads_the_grouped_grid_by_its_reduction_and_flops
     assert DeviceSpec.from_mapping(__import__("json").loads(spec.to_json())) == spec
     with pytest.raises(DeviceSpecError, match="grouped_convolutions"):
         _spec(grouped_convolutions={"fp33": grouped})
+
+
+def test_a_grouped_grid_whose_budget_timed_only_its_smallest_cell_takes_that_rate_everywhere():
+    """A budget spent before the grouped grid starts times its smallest convolution alone (groups of
+    8 channels, the grid's second row); every cell then takes that one positive rate. The first row
+    was left without a rate (NaN), and ``jitflops calibrate`` raised on an H200, whose budget timed
+    no more."""
+    grid = grouped_grid(CallTimer(torch.device("cpu"), flush=False, produce=True), torch.float32, Budget(0.0))
+    rates = {rate for line in grid.rates for rate in line}
+    assert len(rates) == 1 and rates.pop() > 0
+    assert filled_rates((1, 2, 3), (10, 20, 30), {(3, 20): 5.0, (2, 30): 7.0}) == ((5.0, 5.0, 7.0), (5.0, 5.0, 7.0), (5.0, 5.0, 5.0))
 
 
 def test_a_decode_steps_attention_reads_the_decode_curve():
@@ -405,7 +434,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
         last = max(zip(caches[::2], caches[1::2]), key=lambda pair: int(pair[0]))
         assert spec.cache_bytes == int(last[1])
         assert spec.resident_products["float32"].weights[-1] * 4 * 2 <= spec.cache_bytes * RESIDENT_ROTATION  # the widths two weights of which a quarter of it holds
-    assert set(spec.host_s) == set(HOST_KINDS)
+    assert set(spec.host_s) == set(HOST_KINDS) - set(LIBRARY_CALLS)  # a CPU's library calls are timed in their curves
     assert spec.host_s["dtensor"] > spec.host_s["op"] and spec.host_s["parallel_dtensor"] > spec.host_s["op"]  # DTensor's Python on top of the op's
     assert spec.host_s["fsdp_unit"] > 5 * spec.host_s["fsdp_tensor"] > 5 * spec.host_s["op"]  # FSDP2's hooks: a unit's Python, each tensor's bookkeeping
 

@@ -99,20 +99,27 @@ def eager_seconds(model: torch.nn.Module, args: Any, kwargs: Any, device: str, r
     return statistics.median(samples[2:])
 
 
-def kernel_seconds(model: torch.nn.Module, args: Any, kwargs: Any, device: str) -> float:
+def kernel_seconds(model: torch.nn.Module, args: Any, kwargs: Any, device: str) -> tuple[float, dict[str, list[float]]]:
     """The GPU's busy time in one forward: its kernels' durations summed (``torch.profiler``), the
-    time the roofline models without the launches between them (0 on the CPU)."""
+    time the roofline models without the launches between them (0 on the CPU); and per op, its
+    calls, its kernels' seconds and its own host seconds (under the profiler), to tell which family
+    a prediction misses."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
     with torch.no_grad(), profile(activities=activities) as profiler:
         model(*args, **kwargs)
         _synchronize(device)
     # each kernel is a device event and also in its launching op's self device time: the ops' alone
-    return sum(event.self_device_time_total for event in profiler.events() if event.device_type == DeviceType.CPU) / 1e6
+    ops = {event.key: [event.count, event.self_device_time_total / 1e6, event.self_cpu_time_total / 1e6]
+           for event in profiler.key_averages() if event.device_type == DeviceType.CPU}
+    return sum(event.self_device_time_total for event in profiler.events() if event.device_type == DeviceType.CPU) / 1e6, ops
+
+
+def _analysis(model: torch.nn.Module, args: Any, kwargs: Any, spec: DeviceSpec, mode: str = "eager") -> PredictedTimeAnalysis:
+    return PredictedTimeAnalysis(model, args, kwargs, device=spec, mode=mode).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
 
 
 def _predicted(model: torch.nn.Module, args: Any, kwargs: Any, spec: DeviceSpec, mode: str = "eager") -> float:
-    analysis = PredictedTimeAnalysis(model, args, kwargs, device=spec, mode=mode).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-    return analysis.total()
+    return _analysis(model, args, kwargs, spec, mode).total()
 
 
 def graph_seconds(model: torch.nn.Module, args: Any, kwargs: Any, device: str, repeats: int) -> float:
@@ -227,8 +234,10 @@ def compare(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceS
         }
         for batch in BATCHES:
             batch_args, batch_kwargs = _batched(args, batch), _batched(kwargs, batch)
-            row: dict[str, Any] = {"eager_s": eager_seconds(model, batch_args, batch_kwargs, device, repeats),
-                                   "kernel_s": kernel_seconds(model, batch_args, batch_kwargs, device), "specs": {}}
+            kernels_s, measured_ops = kernel_seconds(model, batch_args, batch_kwargs, device)
+            predicted_ops = _analysis(model, batch_args, batch_kwargs, specs["calibrated"].kernels_only()).by_operator()
+            row: dict[str, Any] = {"eager_s": eager_seconds(model, batch_args, batch_kwargs, device, repeats), "kernel_s": kernels_s, "specs": {},
+                                   "ops": {"measured": measured_ops, "predicted_kernels": predicted_ops}}
             if device.startswith("cuda"):
                 row["graph_s"] = _guarded(f"{name} graph capture", lambda: graph_seconds(model, batch_args, batch_kwargs, device, repeats))
             for label, spec in specs.items():

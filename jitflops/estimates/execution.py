@@ -25,6 +25,10 @@ from typing import Optional
 
 from ..handles.traffic import METADATA_OPS
 from ..handles.zero_cost import aten_kinds
+from .costs.attention import ATTENTION_KERNELS
+from .costs.convolution import CONVOLUTION_KINDS
+from .costs.products import PRODUCT_KINDS
+from .costs.reductions import BATCH_NORMS
 
 MODES = ("eager", "graph", "compiled")
 
@@ -32,19 +36,25 @@ SCALAR_OPS = aten_kinds("size Int Float Bool ScalarImplicit IntImplicit FloatImp
 """Ops that read a size or a scalar: a Python attribute or a number, not a tensor call."""
 
 
+LIBRARY_CALL_KINDS = {"product": PRODUCT_KINDS, "convolution": frozenset(CONVOLUTION_KINDS), "batch_norm": BATCH_NORMS, "attention": frozenset(ATTENTION_KERNELS)}
+"""The ops of each of :data:`~jitflops.estimates.devices.LIBRARY_CALLS`."""
+
+
 def host_kind(kind: str, backward: bool = False) -> Optional[str]:
     """What an eager call of an op of ``kind`` costs the host (:data:`~jitflops.estimates.devices.HOST_KINDS`):
     nothing for a front end's bookkeeping (``prim::``: a JIT graph's constants and lists, the
     dispatch recording's device reads) or a profiler's marker (``profiler::``, what ``Optimizer.step``
     records), the autograd engine's call of a backward op (``backward``: no Python), a size or scalar
-    read, a view, or an op."""
+    read, a view, a library's call (a product, a convolution, a batch norm, attention), or an op."""
     if kind.startswith(("prim::", "profiler::")):
         return None
     if backward:
         return "backward"
     if kind in SCALAR_OPS:
         return "scalar"
-    return "view" if kind in METADATA_OPS else "op"
+    if kind in METADATA_OPS:
+        return "view"
+    return next((library for library, kinds in LIBRARY_CALL_KINDS.items() if kind in kinds), "op")
 
 
 def modules_entered(previous: str, current: str, called: frozenset[str]) -> int:

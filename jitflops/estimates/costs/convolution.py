@@ -19,7 +19,10 @@ from .products import product_seconds
 from .registry import KERNEL_COSTS, curve_of
 
 
-@KERNEL_COSTS.register("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::mkldnn_convolution")
+CONVOLUTION_KINDS = ("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::mkldnn_convolution")
+
+
+@KERNEL_COSTS.register(*CONVOLUTION_KINDS)
 def convolution_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
     x, w = op.input(0), op.input(1)
     if not isinstance(x, TensorMeta) or not isinstance(w, TensorMeta) or not w.shape or not x.shape or flops <= 0:

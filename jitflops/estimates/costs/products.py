@@ -49,6 +49,12 @@ def _batched(spec: DeviceSpec, dtype: str, flops: float) -> Optional[float]:
     return curve_seconds(curve, flops) if curve is not None and flops > 0 else None
 
 
+MATRIX_PRODUCTS = ("aten::addmm", "aten::mm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::einsum")
+
+PRODUCT_KINDS = frozenset(("aten::linear", "aten::_grouped_mm", *MATRIX_PRODUCTS))
+"""Every product this module prices."""
+
+
 @KERNEL_COSTS.register("aten::linear")
 def linear_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
     x, w = op.input(0), op.input(1)
@@ -59,7 +65,7 @@ def linear_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float)
     return _with_bias(spec, seconds, op.input(2), rows * w.shape[0])
 
 
-@KERNEL_COSTS.register("aten::addmm", "aten::mm", "aten::matmul", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::einsum")
+@KERNEL_COSTS.register(*MATRIX_PRODUCTS)
 def matrix_product_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
     """A product whose second operand is a matrix (a weight): the grid; a batched one: its curve."""
     dtype = dtype_key(compute_dtype(op))

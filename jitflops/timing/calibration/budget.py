@@ -4,7 +4,8 @@ Every family gets a share of one budget (:data:`DEFAULT_BUDGET_S` in all: under 
 machine, whatever its products cost). A family measures its sizes from the smallest up, each a few
 times, and stops where its share is spent: a slow machine or dtype gets fewer points on its curves,
 never a longer calibration. Each call is timed alone: by the host clock on the CPU (whose op returns
-when it is done), by CUDA events around its kernel on a GPU, after a write over a buffer larger than
+when it is done), by CUDA events around its kernels on a GPU (issued while the GPU waits, so that
+the host's issue time is not in them), after a write over a buffer larger than
 the caches (a model's weights come from memory, not from a cache the previous call warmed).
 """
 
@@ -96,6 +97,14 @@ def on_activations(run: Callable[[], object], *activations: torch.Tensor) -> OnA
     return OnActivations(run, *activations, fresh_output=fresh)
 
 
+QUEUED_CYCLES = 500_000
+"""GPU clock cycles (0.25 ms at 2 GHz) the GPU waits before a timed call: the host issues the start
+event and the call's kernels meanwhile, so that the events time the kernels alone, back to back, as
+a model's stream runs them when the host is ahead. Timed from an idle GPU, a call's time was its
+host's issue time: on an H200 every elementwise op's calibrated floor was 13-16 us and bfloat16
+attention's 130 us, against 1-4 us and 5 us per kernel in a model's forward (``torch.profiler``)."""
+
+
 class CallTimer:
     """Times one call at a time on ``device``: its caches flushed before each call (``flush``: the
     operands come from memory, as a model's weights do), or the inputs of an :class:`OnActivations`
@@ -125,6 +134,7 @@ class CallTimer:
             synchronize(self.device)
         if self.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(QUEUED_CYCLES)
             start.record()
             run()
             end.record()

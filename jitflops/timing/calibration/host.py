@@ -6,7 +6,8 @@ of two one-element tensors: Python, the dispatcher and an allocation), a view (`
 a size (``size(0)``), a call of a module that does nothing (``nn.Module.__call__``'s machinery),
 the backward of a chain of tiny products (the autograd engine's call of each backward op),
 DTensor's dispatch of an op, alone and in a tensor-parallel module (:func:`_dtensor_per_op`), and
-FSDP2's hooks per unit and per parameter tensor (:func:`_fsdp_per_unit`).
+FSDP2's hooks per unit and per parameter tensor (:func:`_fsdp_per_unit`), and on a GPU a tiny op
+of each library a call plans with (:func:`_library_calls`).
 On a GPU the loop is synchronised once at its end: each op's time is what the host takes to issue
 it, where the kernel is tinier than that.
 """
@@ -18,6 +19,7 @@ import time
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .budget import synchronize
@@ -170,6 +172,27 @@ def _fsdp_per_unit(device: torch.device) -> dict[str, float]:
     return {"fsdp_unit": max(0.0, (extra[0] - tensors[0] * per_tensor) / (FSDP_UNITS + 1)), "fsdp_tensor": per_tensor}
 
 
+LIBRARY_CALLS_PER_LOOP = 500
+"""Calls per timed loop of a library's op (20 to 50 us each on an H200's host)."""
+
+
+def _library_calls(device: torch.device) -> dict[str, float]:
+    """On a GPU, the host's time per call of a tiny op of each library
+    (:data:`~jitflops.estimates.devices.LIBRARY_CALLS`): a product with a bias, a 3 x 3 convolution,
+    a batch norm in eval and attention, in float32, whose kernels are tinier than their calls. On a
+    CPU, none: each family's curve is timed with its call."""
+    if device.type != "cuda":
+        return {}
+    x, weight, bias = torch.randn(4, 8, device=device), torch.randn(8, 8, device=device), torch.randn(8, device=device)
+    image, filters = torch.randn(1, 4, 8, 8, device=device), torch.randn(4, 4, 3, 3, device=device)
+    mean, variance = torch.zeros(4, device=device), torch.ones(4, device=device)
+    heads = torch.randn(1, 2, 8, 16, device=device)
+    calls: dict[str, Callable[[], object]] = {
+        "product": lambda: F.linear(x, weight, bias), "convolution": lambda: F.conv2d(image, filters, padding=1),
+        "batch_norm": lambda: F.batch_norm(image, mean, variance), "attention": lambda: F.scaled_dot_product_attention(heads, heads, heads)}
+    return {library: _per_call(device, call, LIBRARY_CALLS_PER_LOOP) for library, call in calls.items()}
+
+
 def host_seconds(device: torch.device) -> dict[str, float]:
     """Seconds per call of each kind (:data:`~jitflops.estimates.devices.HOST_KINDS`)."""
     a, b = torch.ones(1, device=device), torch.ones(1, device=device)
@@ -177,4 +200,4 @@ def host_seconds(device: torch.device) -> dict[str, float]:
     op = _per_call(device, lambda: torch.add(a, b))
     return {"op": op, "view": _per_call(device, lambda: a.view(1)), "scalar": _per_call(device, lambda: a.size(0)),
             "module": _per_call(device, lambda: identity(a)), "backward": _backward_per_op(device), **_dtensor_per_op(device),
-            **_fsdp_per_unit(device)}
+            **_fsdp_per_unit(device), **_library_calls(device)}

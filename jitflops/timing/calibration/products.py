@@ -120,16 +120,24 @@ def product_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Seq
 
 
 def filled_rates(rows: Sequence[int], columns: Sequence[int], timed: dict[tuple[int, int], float]) -> tuple[tuple[float, ...], ...]:
-    """A grid's rates from the ``timed`` (row, column) cells: a cell not timed takes the rate of the
-    largest timed one of its row, or of the row below."""
-    filled: list[tuple[float, ...]] = []
+    """A grid's rates from the ``timed`` (row, column) cells (at least one): a cell not timed takes
+    the rate of the largest timed one of its row, or of the row below; a row below every timed one
+    (a budget that timed only the smallest work, in another row) the row above's; a column before
+    every timed one the first rate of its row."""
+    if not timed:
+        raise ValueError("a grid needs at least one timed cell")
+    filled: list[list[Optional[float]]] = []
     for row in rows:
-        line, last = [], None
+        line: list[Optional[float]] = []
+        last = None
         for index, column in enumerate(columns):
             last = timed.get((row, column), last)
-            line.append(last if last is not None else (filled[-1][index] if filled else float("nan")))
-        filled.append(tuple(line))
-    return tuple(filled)
+            line.append(last if last is not None else (filled[-1][index] if filled else None))
+        filled.append(line)
+    for index in range(len(filled) - 2, -1, -1):
+        filled[index] = [rate if rate is not None else above for rate, above in zip(filled[index], filled[index + 1])]
+    return tuple(tuple(rate if rate is not None else next(later for later in line[index:] if later is not None) for index, rate in enumerate(line))
+                 for line in filled)
 
 
 def aspect_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequence[int], width: int, most_flops: float = float("inf")) -> ProductGrid:
