@@ -235,14 +235,14 @@ def compare(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceS
         for batch in BATCHES:
             batch_args, batch_kwargs = _batched(args, batch), _batched(kwargs, batch)
             kernels_s, measured_ops = kernel_seconds(model, batch_args, batch_kwargs, device)
-            predicted_ops = _analysis(model, batch_args, batch_kwargs, specs["calibrated"].kernels_only()).by_operator()
+            kernel_analyses = {label: _analysis(model, batch_args, batch_kwargs, spec.kernels_only()) for label, spec in specs.items()}
             row: dict[str, Any] = {"eager_s": eager_seconds(model, batch_args, batch_kwargs, device, repeats), "kernel_s": kernels_s, "specs": {},
-                                   "ops": {"measured": measured_ops, "predicted_kernels": predicted_ops}}
+                                   "ops": {"measured": measured_ops, "predicted_kernels": kernel_analyses["calibrated"].by_operator()}}
             if device.startswith("cuda"):
                 row["graph_s"] = _guarded(f"{name} graph capture", lambda: graph_seconds(model, batch_args, batch_kwargs, device, repeats))
             for label, spec in specs.items():
                 predicted = _predicted(model, batch_args, batch_kwargs, spec)
-                kernels = _predicted(model, batch_args, batch_kwargs, spec.kernels_only())
+                kernels = kernel_analyses[label].total()
                 row["specs"][label] = {"predicted_s": predicted, "error_vs_eager": predicted / row["eager_s"] - 1,
                                        "kernel_predicted_s": kernels, "error_vs_kernels": kernels / row["kernel_s"] - 1 if row["kernel_s"] else None}
                 if isinstance(row.get("graph_s"), float):

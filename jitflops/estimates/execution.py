@@ -36,8 +36,9 @@ SCALAR_OPS = aten_kinds("size Int Float Bool ScalarImplicit IntImplicit FloatImp
 """Ops that read a size or a scalar: a Python attribute or a number, not a tensor call."""
 
 
-LIBRARY_CALL_KINDS = {"product": PRODUCT_KINDS, "convolution": frozenset(CONVOLUTION_KINDS), "batch_norm": BATCH_NORMS, "attention": frozenset(ATTENTION_KERNELS)}
-"""The ops of each of :data:`~jitflops.estimates.devices.LIBRARY_CALLS`."""
+LIBRARY_OF = {kind: library for library, kinds in (("product", PRODUCT_KINDS), ("convolution", CONVOLUTION_KINDS), ("batch_norm", BATCH_NORMS),
+                                                   ("attention", ATTENTION_KERNELS)) for kind in kinds}
+"""Each op kind of a library's call to its :data:`~jitflops.estimates.devices.LIBRARY_CALLS` name."""
 
 
 def host_kind(kind: str, backward: bool = False) -> Optional[str]:
@@ -54,7 +55,7 @@ def host_kind(kind: str, backward: bool = False) -> Optional[str]:
         return "scalar"
     if kind in METADATA_OPS:
         return "view"
-    return next((library for library, kinds in LIBRARY_CALL_KINDS.items() if kind in kinds), "op")
+    return LIBRARY_OF.get(kind, "op")
 
 
 def modules_entered(previous: str, current: str, called: frozenset[str]) -> int:
