@@ -302,7 +302,8 @@ def planned_layouts(rank: int, world: int) -> dict[str, Any]:
     layouts run it: tensor parallelism by the model's own plan, FSDP2 (each block, then the root),
     over the ``world`` ranks, and on 4 ranks FSDP2 over 2 by tensor parallelism over 2 (a 2-D
     mesh); the collectives ``CommDebugMode`` sees, and their bytes; MemTracker's peak of a steady
-    step with AdamW (the least of 2: gloo's thread may hold a buffer a little longer); and the
+    step with AdamW, its output kept through the backward as the memory estimate's step keeps it
+    (the least of 2: gloo's thread may hold a buffer a little longer); and the
     bytes DDP's backward copies beyond the plain model's (its gradients into its buckets)."""
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -327,12 +328,14 @@ def planned_layouts(rank: int, world: int) -> dict[str, Any]:
             figures[name]["collectives"] = collectives(CommunicationAnalysis(model, (), {"input_ids": ids, "labels": ids}, backend="dispatch", backward=True))
         optimizer = torch.optim.AdamW(model.parameters())
 
-        def step() -> None:
-            model(input_ids=ids, labels=ids).loss.backward()
+        def step() -> None:  # the memory estimate's step: the output kept through the backward
+            output = model(input_ids=ids, labels=ids)
+            output.loss.backward()
+            del output
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         step()
-        figures[name]["peak"] = min(memtracker_peak(step, model, optimizer) for _ in range(2))
+        figures[name]["peak"] = min(memtracker_peak(step, model, optimizer) for _ in range(2)) + ids.nbytes  # the input, made before MemTracker started
     figures["ddp_copied_bytes"] = _backward_copied_bytes(nn.parallel.DistributedDataParallel(small_gpt()), ids) - _backward_copied_bytes(small_gpt(), ids)
     return figures
 

@@ -65,6 +65,18 @@ class KVCache:
 
 
 @dataclass(frozen=True)
+class StepRecord:
+    """The recorded step an estimate was read from: every storage's life, what each turned out to
+    be (:data:`CATEGORIES`; unclaimed ones are temporaries or saved activations) and the module
+    owning each parameter's, gradient's or state's storage. A planner extrapolates its timeline to
+    a model with more blocks (:mod:`jitflops.planning.step_peak`)."""
+
+    recording: MemoryRecording
+    categories: Mapping[int, str]
+    owners: Mapping[int, str]
+
+
+@dataclass(frozen=True)
 class MemoryEstimate:
     """A step's memory: ``mode`` is ``inference`` (the forward under ``no_grad``) or ``training``
     (forward, backward, optimizer step, with the optimizer's state as after a first step)."""
@@ -81,6 +93,8 @@ class MemoryEstimate:
     """What the step ran with: dtype, autocast, master weights, checkpointing, FSDP ranks, batch."""
     kv_cache: Optional[KVCache] = None
     rounding: int = 1
+    step: Optional[StepRecord] = field(default=None, repr=False, compare=False)
+    """The recorded step itself (left out of :meth:`to_dict`)."""
 
     @property
     def model(self) -> ModuleMemory:
@@ -112,7 +126,8 @@ class MemoryEstimate:
         return self.needed() <= self.capacity_of(memory)
 
     def to_dict(self) -> dict[str, Any]:
-        document = dataclasses.asdict(self)
+        document = dataclasses.asdict(dataclasses.replace(self, step=None))
+        del document["step"]
         document["modules"] = [dataclasses.asdict(module) for module in self.modules.values()]
         document["needed"] = self.needed()
         document["settings"] = {key: str(value) if value is not None and not isinstance(value, (int, float, bool, str)) else value for key, value in self.settings.items()}

@@ -32,7 +32,7 @@ from ..frontends.dispatch_trace import loss_backward
 from ..core.errors import TraceError
 from .fake_sharding import TensorParallelPlan, fake_process_group, shard_like_fsdp2, shard_like_tensor_parallel
 from .memory_estimate import (
-    KVCache, MemoryEstimate, bytes_by_category, module_memory, peak_of, phase_at, unseen_saved,
+    KVCache, MemoryEstimate, StepRecord, bytes_by_category, module_memory, peak_of, phase_at, unseen_saved,
 )
 from .memory_recorder import BACKWARD, FORWARD, OPTIMIZER, MemoryRecorder, MemoryRecording
 from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
@@ -187,6 +187,7 @@ def memory_footprint(
         settings=settings,
         kv_cache=kv_cache,
         rounding=rounding,
+        step=StepRecord(recording, step.categories, step.owners),
     )
 
 

@@ -31,6 +31,7 @@ hardware FLOPs add what recomputation runs again. MFU and HFU are over the devic
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Optional, Sequence, Union
 
@@ -47,6 +48,7 @@ from .collective_time import Placement, collective_seconds
 from .interconnects import Interconnect, interconnect
 from .layout import Layout, LayoutError
 from .stages import NOTHING, ModelCosts, ModelRecordings, PartCosts
+from .step_peak import CopiedStep, extrapolated_peak
 
 
 @dataclass(frozen=True)
@@ -326,7 +328,6 @@ class Planner:
         # its warm-up): each other stage's micro-batch once, the interleaved schedule's 1/v of it
         bubble = sum(times[rank].total_s for rank in range(layout.pp) if rank != slowest) / layout.virtual_stages
         part = per_rank[slowest]
-        blocks_per_rank = [sum(end - start for start, end in ranges[rank::layout.pp]) for rank in range(layout.pp)]
         data_parallel, dp_calls = self._data_parallel(layout, part, _units(costs, ranges, layout, slowest), micro_batches)
         share = _sharded(layout, part.parameter_bytes, part.expert_parameter_bytes, layout.zero >= 1) / max(part.parameter_bytes, 1)
         optimizer = self.optimizer_seconds(part, share, layout.zero == 3 and layout.dp * layout.cp > 1, costs)
@@ -335,10 +336,8 @@ class Planner:
         def per_step(collectives: list[tuple[str, Collective]]) -> list[tuple[Collective, int]]:
             return [(collective, micro_batches * (recomputed if phase == "forward" else 1)) for phase, collective in collectives]
         pp_calls = [(send, 2 * micro_batches * layout.virtual_stages)] if layout.pp > 1 else []
-        largest_block = max(block.activation_bytes for block in costs.blocks)
-        transient = self.recordings.transient(layout.tp, layout.micro_batch, sequence, fsdp=layout.zero == 3 and layout.dp * layout.cp > 1)
-        memory = max(self._memory(layout, rank_part, rank, micro_batches, blocks_per_rank[rank], largest_block, sequence, transient)
-                     for rank, rank_part in enumerate(per_rank))
+        memory = max(self._memory(layout, rank_part, rank, micro_batches, Counter(kind for start, end in ranges[rank::layout.pp] for kind in costs.block_order[start:end]),
+                                  sequence, costs) for rank, rank_part in enumerate(per_rank))
         model_flops = 3 * self.forward_flops_per_sequence * self.global_batch
         recomputed_flops = self.forward_flops_per_sequence * self.global_batch if layout.recompute == "full" else 0.0
         return TrainingPlan(layout, self.spec.name, self.link.name, layout.gpus, self.sequence, self.global_batch, breakdown, memory,
@@ -444,29 +443,35 @@ class Planner:
         tensor = TensorMeta((int(size) // dtype.itemsize,), dtype)
         return kernel_seconds(EagerOpRecord("aten::clone", [tensor], [tensor]), self.spec, 0.0, 2.0 * size)
 
-    def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, blocks: int, largest_block: int, sequence: int, transient: int) -> int:
-        """A stage's rank's peak: its weights, gradients and optimizer state (their ZeRO shares, the
-        experts' 1/ep of them), the activations of the micro-batches 1F1B keeps in flight on it
-        (``p - rank``; interleaved: a chunk's worth more per round) and the step's ``transient``
-        (:meth:`ModelRecordings.transient`, added to every stage: the first one's is overstated by
-        the head's logits). With full recomputation a micro-batch keeps each block's input alone,
-        and the block being recomputed its own activations. Without data parallelism a step of one
-        micro-batch holds its gradients only as its backward frees its activations (torch's
-        optimizers set them to None after each step), so its peak has the larger of the two; a
-        micro-batch after the first finds the gradients of those before, and data parallelism keeps
-        a buffer of them (DDP's buckets, a distributed optimizer's), or, FSDP2, peaks inside the
-        backward at a gathered block beside both (the memory estimate's peak of the cut copy)."""
+    def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, counts: Counter[int], sequence: int, costs: ModelCosts) -> int:
+        """A stage's rank's peak: its weights and optimizer state (their ZeRO shares, the experts'
+        1/ep of them), the step's peak of the rest, lifted from the recorded step of a copy with three
+        blocks of each kind to the stage's ``counts`` of them (:mod:`.step_peak`), and the
+        activations of the micro-batches 1F1B keeps in flight beyond the one stepping (``p - rank``;
+        interleaved: a chunk's worth more per round). The gradients are the step's to free as its
+        backward makes them, unless a buffer keeps them all the step: data parallelism's (DDP's
+        buckets, a distributed optimizer's) or an earlier micro-batch's. What the embeddings and the
+        head make (the logits, the loss's gradients) is charged to the stages holding them. With full recomputation the copy's blocks
+        checkpoint (the model's own switch), and a micro-batch in flight keeps each block's input alone."""
         weights = _sharded(layout, part.parameter_bytes, part.expert_parameter_bytes, layout.zero == 3)
         gradients = _sharded(layout, part.gradient_bytes, part.expert_gradient_bytes, layout.zero >= 2)
         state = _sharded(layout, part.state_bytes, part.expert_state_bytes, layout.zero >= 1)
+        kept = micro_batches > 1 or (layout.dp * layout.cp > 1 and layout.zero < 3)
+        full = layout.recompute == "full"
+        estimate, names, kinds = self.recordings.step_memory(layout.tp, layout.micro_batch, sequence, layout.zero == 3 and layout.dp * layout.cp > 1, full)
+
+        def share(each: PartCosts) -> float:
+            return _sharded(layout, each.gradient_bytes, each.expert_gradient_bytes, layout.zero >= 2)
+        split = layout.sequence_parallel and layout.tp > 1 and not full
+        scales = self.recordings.sequence_split(layout.tp, layout.micro_batch, sequence) if split else [1.0] * len(costs.blocks)
+        copied = CopiedStep(estimate.step, names)
+        outside = {name for name, held in (("embeddings", rank == 0), ("head", rank == layout.pp - 1)) if held}
+        peak = extrapolated_peak(copied, kinds, counts, scales, [share(block) for block in costs.blocks], share(costs.outside_of(rank, layout.pp)), outside, kept)
         in_flight = min(micro_batches, layout.pp - rank + (layout.pp - 1) * (layout.virtual_stages - 1) // layout.virtual_stages)
-        if layout.recompute == "full":
-            activations = in_flight * blocks * _boundary_bytes(self.model, layout.micro_batch, sequence, layout) + largest_block
-        else:
-            activations = in_flight * part.activation_bytes
-        if micro_batches == 1 and layout.dp * layout.cp == 1:
-            return int(weights + state + max(gradients, activations + transient))
-        return int(weights + gradients + state + activations + transient)
+        each = sum(counts.values()) * _boundary_bytes(self.model, layout.micro_batch, sequence, layout) if full else part.activation_bytes
+        outputs = copied.per_block("outputs")  # a returned cache's keys and values: a micro-batch keeps them as long as its activations
+        each += sum(count * outputs[copied.middle_block(kinds, kind)] for kind, count in counts.items())
+        return int(weights + state + (gradients if kept else 0) + peak + (in_flight - 1) * each)
 
 
 def expert_count(model: nn.Module) -> Optional[int]:

@@ -8,7 +8,8 @@ memory estimate applies it), and one training micro-batch runs on it under the d
 forward, and backward from its loss. Each op is priced on the device spec (:mod:`jitflops.estimates.roofline`),
 each collective is taken as it was recorded (its bytes and group size), and each module's share is
 read per phase: a block's is the block's, the rest is outside. The memory estimate of the same copy
-(``memory_footprint(..., tensor_parallel=tp)``) gives each part's parameters and saved activations.
+(``memory_footprint(..., tensor_parallel=tp)``) gives each part's parameters and saved activations;
+a rank's peak comes from the estimate of a copy with three blocks of each kind (:mod:`.step_peak`).
 A stage of the pipeline is blocks and, on the first and last stages, the outside: costs add up.
 :class:`ModelRecordings` keeps each recording per (tensor parallelism, micro-batch, sequence): a
 search over layouts reuses them.
@@ -20,7 +21,7 @@ import dataclasses
 import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import nn
@@ -156,22 +157,26 @@ class ModelRecordings:
         self._firsts = [self.block_order.index(kind) for kind in range(len(kinds))]
         self._recordings: dict[tuple[int, int, int, bool], tuple[DispatchTrace, nn.Module, list[str]]] = {}
         self._optimizer_steps: dict[tuple[int, bool], dict[str, DispatchTrace]] = {}
-        self._memory: dict[tuple[int, int, int, bool], MemoryEstimate] = {}
+        self._memory: dict[tuple[int, int, int], MemoryEstimate] = {}
+        self._step_memory: dict[tuple[int, int, int, bool, bool], MemoryEstimate] = {}
         self._costs: dict[tuple[Any, ...], tuple[DeviceSpec, ModelCosts]] = {}
-        self._cut: Optional[tuple[nn.Module, list[str]]] = None
+        self._cut: dict[int, tuple[nn.Module, list[str]]] = {}
 
     @property
     def layers(self) -> int:
         return len(self.block_order)
 
-    def _cut_copy(self, micro_batch: int, sequence: int) -> tuple[nn.Module, ModelCall, list[str]]:
-        """A meta copy of the model holding one block of each kind (renumbered from 0), its loss's call, and those blocks' names."""
-        if self._cut is None:  # the whole model is walked once; each copy after is of the cut one
+    def _cut_copy(self, micro_batch: int, sequence: int, each: int = 1) -> tuple[nn.Module, ModelCall, list[str]]:
+        """A meta copy of the model holding ``each`` blocks of each kind (as many as the model has, if
+        fewer; renumbered from 0, a kind's together), its loss's call, and those blocks' names."""
+        if each not in self._cut:  # the whole model is walked once per ``each``; each copy after is of the cut one
             cut, _, copies = empty_copy(self.model, ModelCall((), {}))
-            copies[self._container]._modules = {str(index): copies[self._blocks[position]] for index, position in enumerate(self._firsts)}
+            kept = [position for kind, first in enumerate(self._firsts)
+                    for position in [first] + [index for index, order in enumerate(self.block_order) if order == kind and index != first][:each - 1]]
+            copies[self._container]._modules = {str(index): copies[self._blocks[position]] for index, position in enumerate(kept)}
             names = {module: name for name, module in cut.named_modules()}
-            self._cut = (cut, [names[copies[self._blocks[position]]] for position in self._firsts])
-        cut, names = self._cut
+            self._cut[each] = (cut, [names[copies[self._blocks[position]]] for position in kept])
+        cut, names = self._cut[each]
         ids = torch.zeros(micro_batch, sequence, dtype=torch.long, device="meta")
         twin, call, _ = empty_copy(cut, ModelCall((), {"input_ids": ids, "labels": ids}))
         return twin, call, names
@@ -213,23 +218,35 @@ class ModelRecordings:
         blocks[""] = [parameter for parameter in twin.parameters() if id(parameter) not in inside]
         return {name: record_optimizer_step(parameters, factory) for name, parameters in blocks.items() if parameters}
 
-    def memory(self, tp: int, micro_batch: int, sequence: int, fsdp: bool = False) -> MemoryEstimate:
-        """The training step's memory estimate of the cut copy on one rank of ``tp``; with ``fsdp``,
-        FSDP2 over 2 ranks on top (the data-parallel dimension of a 2-D mesh)."""
-        key = (tp, micro_batch, sequence, fsdp)
+    def memory(self, tp: int, micro_batch: int, sequence: int) -> MemoryEstimate:
+        """The training step's memory estimate of the cut copy on one rank of ``tp``: each part's
+        parameters, gradients, optimizer state and saved activations."""
+        key = (tp, micro_batch, sequence)
         if key not in self._memory:
             twin, call, _ = self._cut_copy(micro_batch, sequence)
-            self._memory[key] = memory_footprint(twin, (), call.kwargs, train=self.optimizer, tensor_parallel=tp if tp > 1 else None, fsdp=2 if fsdp else None)
+            self._memory[key] = memory_footprint(twin, (), call.kwargs, train=self.optimizer, tensor_parallel=tp if tp > 1 else None)
         return self._memory[key]
 
-    def transient(self, tp: int, micro_batch: int, sequence: int, fsdp: bool = False) -> int:
-        """What a rank's step holds at its peak beyond the parameters, gradients, optimizer state and
-        saved activations: the outputs (the logits), the temporaries (the loss's and the head's
-        gradients, a kernel's workspace) and, under FSDP2, the gathered block in use and the one
-        prefetched. It does not grow with the blocks or the data-parallel ranks, so the cut copy
-        gives it (its FSDP2 over 2 ranks gathers the same whole block as over any number)."""
-        at_peak = self.memory(tp, micro_batch, sequence, fsdp).at_peak
-        return sum(at_peak.get(category, 0) for category in ("inputs", "outputs", "temporaries"))
+    def step_memory(self, tp: int, micro_batch: int, sequence: int, fsdp: bool = False, checkpointing: bool = False) -> tuple[MemoryEstimate, list[str], list[int]]:
+        """The training step's memory estimate of the copy holding three blocks of each kind (one
+        between two others: under FSDP2 it prefetches its neighbour's weights while the other's
+        gradients are still being reduced, :mod:`jitflops.planning.step_peak`), on one rank of ``tp``; with
+        ``fsdp``, FSDP2 over 2 ranks on top; with ``checkpointing``, each block recomputed in the
+        backward (the model's own activation checkpointing). The copy's blocks' names, and their kinds."""
+        key = (tp, micro_batch, sequence, fsdp, checkpointing)
+        if key not in self._step_memory:
+            twin, call, names = self._cut_copy(micro_batch, sequence, each=3)
+            self._step_memory[key] = memory_footprint(twin, (), call.kwargs, train=self.optimizer, tensor_parallel=tp if tp > 1 else None,
+                                                      fsdp=2 if fsdp else None, checkpointing=checkpointing)
+        kinds = [kind for kind in range(len(self._firsts)) for _ in range(min(3, self.block_order.count(kind)))]
+        return self._step_memory[key], self._cut[3][1], kinds
+
+    def sequence_split(self, tp: int, micro_batch: int, sequence: int) -> list[float]:
+        """Per kind of block, the share of its saved activations on a rank of ``tp`` that sequence
+        parallelism keeps (:func:`_split_sequence`: the unsharded block's over ``tp``)."""
+        _, _, names = self._cut_copy(micro_batch, sequence)
+        sharded, unsharded = self.memory(tp, micro_batch, sequence).modules, self.memory(1, micro_batch, sequence).modules
+        return [unsharded[name].saved_activations // tp / sharded[name].saved_activations if sharded[name].saved_activations else 1.0 for name in names]
 
     def costs(self, tp: int, micro_batch: int, sequence: int, spec: DeviceSpec, mode: str = "eager", sequence_parallel: bool = False) -> ModelCosts:
         """Each part of the model on one rank of ``tp``, per micro-batch of ``micro_batch`` sequences
