@@ -433,7 +433,7 @@ def test_a_pipelines_sends_and_memory_are_what_torchs_1f1b_runs_on_gloo_ranks(tm
     assert [[each.name, each.calls, each.bytes] for each in plan.collectives if each.group == "pipeline"] == [["send", 8, 8 * boundary]]
     for rank in ranks:
         assert rank["collectives"] == {"send": [4, 4 * boundary], "recv": [4, 4 * boundary]}
-    assert plan.memory_per_gpu_bytes == pytest.approx(max(rank["peak"] for rank in ranks), rel=0.04)  # -3.1% (-4.1% before 2026-11-29)
+    assert plan.memory_per_gpu_bytes == pytest.approx(max(rank["peak"] for rank in ranks), rel=0.02)  # -1.5%: torch pipelining's own buffers (-4.1% before 2026-11-29)
 
 
 def test_the_search_plans_every_layout_that_divides_best_first():

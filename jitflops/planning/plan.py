@@ -448,7 +448,8 @@ class Planner:
         1/ep of them), the step's peak of the rest, lifted from the recorded step of a copy with three
         blocks of each kind to the stage's ``counts`` of them (:mod:`.step_peak`), and the
         activations of the micro-batches 1F1B keeps in flight beyond the one stepping (``p - rank``;
-        interleaved: a chunk's worth more per round). The gradients are the step's to free as its
+        interleaved: a chunk's worth more per round), and on a stage before the last, the outputs
+        it sent until their backward and the gradient it receives. The gradients are the step's to free as its
         backward makes them, unless a buffer keeps them all the step: data parallelism's (DDP's
         buckets, a distributed optimizer's) or an earlier micro-batch's. What the embeddings and the
         head make (the logits, the loss's gradients) is charged to the stages holding them. With full recomputation the copy's blocks
@@ -471,7 +472,9 @@ class Planner:
         each = sum(counts.values()) * _boundary_bytes(self.model, layout.micro_batch, sequence, layout) if full else part.activation_bytes
         outputs = copied.per_block("outputs")  # a returned cache's keys and values: a micro-batch keeps them as long as its activations
         each += sum(count * outputs[copied.middle_block(kinds, kind)] for kind, count in counts.items())
-        return int(weights + state + (gradients if kept else 0) + peak + (in_flight - 1) * each)
+        # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy) and receives its gradient
+        boundaries = (in_flight + 1) * _boundary_bytes(self.model, layout.micro_batch, sequence, layout) if rank < layout.pp - 1 else 0
+        return int(weights + state + (gradients if kept else 0) + peak + (in_flight - 1) * each + boundaries)
 
 
 def expert_count(model: nn.Module) -> Optional[int]:
