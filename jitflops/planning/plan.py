@@ -97,8 +97,8 @@ class TrainingPlan:
     sequence: int
     global_batch: int
     breakdown: StepBreakdown
-    memory_per_gpu_bytes: int
-    """The largest stage's rank's peak (its weights, gradients, optimizer state, activations in flight)."""
+    memory_per_stage_bytes: tuple[int, ...]
+    """Each pipeline stage's rank's peak (its weights, gradients, optimizer state, activations in flight), first stage first."""
     memory_bytes: Optional[int]
     model_flops_per_step: float
     hardware_flops_per_step: float
@@ -112,6 +112,11 @@ class TrainingPlan:
     @property
     def step_s(self) -> float:
         return self.breakdown.total_s
+
+    @property
+    def memory_per_gpu_bytes(self) -> int:
+        """The largest stage's rank's peak: what every GPU must hold."""
+        return max(self.memory_per_stage_bytes)
 
     @property
     def fits(self) -> Optional[bool]:
@@ -152,7 +157,7 @@ class TrainingPlan:
             "layout": self.layout.__dict__, "device": self.device, "interconnect": self.interconnect, "gpus": self.gpus, "sequence": self.sequence,
             "global_batch": self.global_batch, "step_s": self.step_s, "mfu": self.mfu, "hfu": self.hfu, "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu, "tokens_per_s": self.tokens_per_s, "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
-            "fits": self.fits, "breakdown": {each.name: getattr(breakdown, each.name) for each in fields(breakdown)},
+            "memory_per_stage_bytes": list(self.memory_per_stage_bytes), "fits": self.fits, "breakdown": {each.name: getattr(breakdown, each.name) for each in fields(breakdown)},
             "tokens": self.tokens, "hours": self.hours, "gpu_hours": self.gpu_hours, "notes": list(self.notes), "error": self.error,
             "collectives": [each.__dict__ for each in self.collectives],
         }
@@ -336,8 +341,8 @@ class Planner:
         def per_step(collectives: list[tuple[str, Collective]]) -> list[tuple[Collective, int]]:
             return [(collective, micro_batches * (recomputed if phase == "forward" else 1)) for phase, collective in collectives]
         pp_calls = [(send, 2 * micro_batches * layout.virtual_stages)] if layout.pp > 1 else []
-        memory = max(self._memory(layout, rank_part, rank, micro_batches, Counter(kind for start, end in ranges[rank::layout.pp] for kind in costs.block_order[start:end]),
-                                  sequence, costs) for rank, rank_part in enumerate(per_rank))
+        memory = tuple(self._memory(layout, rank_part, rank, micro_batches, Counter(kind for start, end in ranges[rank::layout.pp] for kind in costs.block_order[start:end]),
+                                    sequence, costs) for rank, rank_part in enumerate(per_rank))
         model_flops = 3 * self.forward_flops_per_sequence * self.global_batch
         recomputed_flops = self.forward_flops_per_sequence * self.global_batch if layout.recompute == "full" else 0.0
         return TrainingPlan(layout, self.spec.name, self.link.name, layout.gpus, self.sequence, self.global_batch, breakdown, memory,

@@ -29,7 +29,8 @@ def plan_text(plan: TrainingPlan, model_name: str = "the model") -> str:
     lines = [
         f"Training plan: {model_name} on {plan.gpus} x {plan.device} ({plan.interconnect}), sequences of {plan.sequence} tokens, {plan.global_batch} a step",
         f"  layout: {plan.layout.describe()}",
-        f"  memory per GPU: {format_bytes(plan.memory_per_gpu_bytes)}{capacity} ({_fits(plan)})",
+        f"  memory per GPU: {format_bytes(plan.memory_per_gpu_bytes)}{capacity} ({_fits(plan)})"
+        + (f"; per stage: {', '.join(map(format_bytes, plan.memory_per_stage_bytes))}" if len(plan.memory_per_stage_bytes) > 1 else ""),
         f"  step: {format_seconds(plan.step_s)} = " + " + ".join(f"{part} {format_seconds(seconds)}" for part, seconds in parts if seconds or part == "compute"),
         f"  throughput: {format_quantity(plan.tokens_per_s, 'tokens/s')}, {plan.model_tflops_per_gpu:.1f} model TFLOP/s per GPU, "
         f"MFU {plan.mfu:.1%} (HFU {plan.hfu:.1%})",
