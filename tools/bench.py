@@ -426,31 +426,47 @@ def sharded_profiling_cost(steps: int = 101, alternations: int = 3) -> dict[str,
 
 def byte_count_cost(models: list[str], repeats: int) -> dict[str, dict[str, float]]:
     """Per model, the median time of a fresh traced count (as a profile takes it: the default count
-    reads most models from their calls, and bytes need the trace's records of every op) and of its
-    bytes from the same recording (what every profile adds), and their ratio."""
+    reads most models from their calls, and bytes need the trace's records of every op), of its
+    bytes and of its predicted time on the H100's datasheet from the same recording (what a profile
+    adds), with their ratios; and of the default count, from the model's calls where it can be, and
+    of ``PredictedTimeAnalysis`` made afresh by the JIT (the default) and the dispatch backend:
+    what a prediction costs against the count it comes from."""
     from jitflops import ByteCountAnalysis
+    from jitflops.estimates.roofline import PredictedTimeAnalysis
 
     costs = {}
     for name in models:
         model, args, kwargs = ZOO[name].instantiate(device_for(name))
-        counts, extra = [], []
+        seconds: dict[str, list[float]] = {"count_s": [], "bytes_s": [], "priced_s": [], "default_count_s": [], "jit_prediction_s": [], "dispatch_prediction_s": []}
         for _ in range(repeats):
-            start = time.perf_counter()
+            marks = [time.perf_counter()]
             flops = FlopCountAnalysis(model, args, kwargs)
             flops.scoped_trace()
             flops.total()
-            middle = time.perf_counter()
+            marks.append(time.perf_counter())
             flops.of_same_recording(ByteCountAnalysis).total()
-            counts.append(middle - start)
-            extra.append(time.perf_counter() - middle)
-        costs[name] = {"count_s": statistics.median(counts), "bytes_s": statistics.median(extra)}
+            marks.append(time.perf_counter())
+            flops.of_same_recording(PredictedTimeAnalysis, device="h100").total()
+            marks.append(time.perf_counter())
+            FlopCountAnalysis(model, args, kwargs).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
+            marks.append(time.perf_counter())
+            for backend in ("jit", "dispatch"):
+                PredictedTimeAnalysis(model, args, kwargs, device="h100", backend=backend).unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
+                marks.append(time.perf_counter())
+            for key, begin, end in zip(seconds, marks, marks[1:]):
+                seconds[key].append(end - begin)
+        costs[name] = {key: statistics.median(values) for key, values in seconds.items()}
         costs[name]["added"] = costs[name]["bytes_s"] / costs[name]["count_s"]
+        costs[name]["prediction_to_count"] = costs[name]["jit_prediction_s"] / costs[name]["default_count_s"]
     return costs
 
 
 def print_byte_count_cost(costs: dict[str, dict[str, float]]) -> None:
-    rows = [[name, f"{c['count_s'] * 1e3:.1f}", f"{c['bytes_s'] * 1e3:.1f}", f"+{100 * c['added']:.1f}%"] for name, c in costs.items()]
-    print(pipe_table(rows, ["model", "count ms", "bytes ms (same recording)", "added"]))
+    rows = [[name, f"{c['count_s'] * 1e3:.1f}", f"{c['bytes_s'] * 1e3:.1f}", f"+{100 * c['added']:.1f}%", f"{c['priced_s'] * 1e3:.1f}",
+             f"{c['default_count_s'] * 1e3:.1f}", f"{c['jit_prediction_s'] * 1e3:.1f}", f"{c['dispatch_prediction_s'] * 1e3:.1f}",
+             f"{c['prediction_to_count']:.1f}x"] for name, c in costs.items()]
+    print(pipe_table(rows, ["model", "traced count ms", "bytes ms (same recording)", "added", "predicted time ms (same recording)",
+                            "default count ms", "prediction ms (JIT)", "prediction ms (dispatch)", "prediction / count"]))
 
 
 class _Block(torch.nn.Module):
@@ -592,7 +608,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    bytes_models = [name for name in options.models if name in ("bert-base", "gpt2", "resnet-50", "mobilenet-v2", "llama-gqa", "vit-b16", "t5-small")]
+    bytes_models = [name for name in options.models if name in ("bert-base", "gpt2", "resnet-50", "mobilenet-v2", "llama-gqa", "vit-b16", "t5-small", "llama-8b")]
     if options.only == "bytes":
         section: Any = byte_count_cost(bytes_models, options.repeats)
         print_byte_count_cost(section)
