@@ -64,11 +64,30 @@ def test_the_dispatch_recording_copies_what_a_real_forward_copies(name: str, con
 def test_a_jit_trace_records_no_strides_and_so_no_layout_copies() -> None:
     """The JIT's meta copy lays out a convolution's output as the meta kernel does, not as the CPU
     does (ConvNeXt's depthwise outputs: contiguous, where the CPU's are channels-last), so its
-    strides would invent copies: it records none."""
+    strides would invent copies: it records none. A prediction takes the dispatch backend's recording
+    unless the JIT is asked for."""
     model = transformers.AutoModel.from_config(transformers.ConvNextConfig(num_stages=2, depths=[2, 2], hidden_sizes=[16, 32])).eval()
-    trace = PredictedTimeAnalysis(model, (), {"pixel_values": torch.randn(1, 3, 64, 64)}, device="h100").scoped_trace()
+    trace = PredictedTimeAnalysis(model, (), {"pixel_values": torch.randn(1, 3, 64, 64)}, device="h100", backend="jit").scoped_trace()
     records = [trace.record(item, kind, trace.scope_of(item)) for kind, item in trace.operations()]
     assert all(getattr(value, "strides", None) is None for record in records for value in record.inputs)
+
+
+def test_a_prediction_and_a_profile_price_a_models_layout_copies_by_default() -> None:
+    """A prediction records the ops eager runs by the dispatch backend, unless the JIT is asked for:
+    SegFormer's depthwise convolutions copy their inputs there, and the profile's prediction is the
+    same recording's (its counts stay the JIT's)."""
+    from jitflops import profile_model
+
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(transformers.SegformerConfig(num_encoder_blocks=2, depths=[2, 2], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+                                                                            num_attention_heads=[1, 2], decoder_hidden_size=32)).eval()
+    inputs = {"pixel_values": torch.randn(1, 3, 64, 64)}
+    default = PredictedTimeAnalysis(model, (), inputs, device=_spec())
+    jit = PredictedTimeAnalysis(model, (), inputs, device=_spec(), backend="jit")
+    assert default.counted_by == "dispatch" and jit.counted_by == "jit"
+    assert default.total() > jit.total()  # the copies the JIT's meta copy cannot see
+    profile = profile_model(model, (), inputs, timed=False, device=_spec())
+    assert profile.summary.counted_by == "jit" and profile.root.predicted_s == pytest.approx(default.total())
 
 
 def _spec() -> DeviceSpec:

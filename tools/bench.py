@@ -429,7 +429,7 @@ def byte_count_cost(models: list[str], repeats: int) -> dict[str, dict[str, floa
     reads most models from their calls, and bytes need the trace's records of every op), of its
     bytes and of its predicted time on the H100's datasheet from the same recording (what a profile
     adds), with their ratios; and of the default count, from the model's calls where it can be, and
-    of ``PredictedTimeAnalysis`` made afresh by the JIT (the default) and the dispatch backend:
+    of ``PredictedTimeAnalysis`` made afresh by the JIT and by the dispatch backend (its default):
     what a prediction costs against the count it comes from."""
     from jitflops import ByteCountAnalysis
     from jitflops.estimates.roofline import PredictedTimeAnalysis
@@ -457,7 +457,7 @@ def byte_count_cost(models: list[str], repeats: int) -> dict[str, dict[str, floa
                 seconds[key].append(end - begin)
         costs[name] = {key: statistics.median(values) for key, values in seconds.items()}
         costs[name]["added"] = costs[name]["bytes_s"] / costs[name]["count_s"]
-        costs[name]["prediction_to_count"] = costs[name]["jit_prediction_s"] / costs[name]["default_count_s"]
+        costs[name]["prediction_to_count"] = costs[name]["dispatch_prediction_s"] / costs[name]["default_count_s"]
     return costs
 
 
@@ -466,7 +466,7 @@ def print_byte_count_cost(costs: dict[str, dict[str, float]]) -> None:
              f"{c['default_count_s'] * 1e3:.1f}", f"{c['jit_prediction_s'] * 1e3:.1f}", f"{c['dispatch_prediction_s'] * 1e3:.1f}",
              f"{c['prediction_to_count']:.1f}x"] for name, c in costs.items()]
     print(pipe_table(rows, ["model", "traced count ms", "bytes ms (same recording)", "added", "predicted time ms (same recording)",
-                            "default count ms", "prediction ms (JIT)", "prediction ms (dispatch)", "prediction / count"]))
+                            "default count ms", "prediction ms (JIT)", "prediction ms (dispatch, the default)", "prediction / count"]))
 
 
 class _Block(torch.nn.Module):

@@ -26,7 +26,7 @@ from ..timing.peak_flops import model_peak_flops
 from ..core.records import BACKWARD, RECOMPUTE
 from ..estimates.byte_count import ByteCountAnalysis
 from ..estimates.roofline import DeviceLike, PredictedTimeAnalysis
-from ..estimates.devices import describes, device_spec
+from ..estimates.devices import DeviceSpec, describes, device_spec
 from ..timing.timed_pass import device_name, model_device, time_modules
 
 Progress = Callable[[Iterator[int], int, str], Iterator[int]]
@@ -40,6 +40,15 @@ def count_model(model: Union[nn.Module, ProgramSource], call: ModelCall, element
     flops.tracer_warnings("none").uncalled_modules_warnings(False)
     activations = flops.of_same_recording(ActivationCountAnalysis)
     return flops, activations
+
+
+def predicted_time(subject: Union[nn.Module, ProgramSource], call: ModelCall, flops: FlopCountAnalysis, spec: DeviceSpec, mode: str) -> PredictedTimeAnalysis:
+    """The predicted time of the call: from the dispatch backend's recording of the ops eager runs
+    (:class:`~jitflops.estimates.roofline.PredictedTimeAnalysis`), the count's own where the count
+    is the dispatch backend's or a program's."""
+    if flops.counted_by == "dispatch" or not isinstance(subject, nn.Module):
+        return flops.of_same_recording(PredictedTimeAnalysis, device=spec, mode=mode)
+    return PredictedTimeAnalysis(subject, call.args, call.kwargs, device=spec, mode=mode).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
 
 
 def training_step_analysis(model: nn.Module, call: ModelCall, backward: Union[bool, BackwardFn] = True) -> FlopCountAnalysis:
@@ -110,7 +119,7 @@ def profile_model(
         rows = tuple(op_table(model, call, names, flops.op_counts(), warm_up, repeats, flops.of_same_recording(ByteCountAnalysis).op_counts())) if with_ops else ()
         step = training_step_analysis(model, call, backward) if backward else None
         communication = communication_of(step or flops)  # the backward's collectives too, where it was recorded
-        predicted = flops.of_same_recording(PredictedTimeAnalysis, device=spec, mode=mode).by_module(emit_warnings=False) if spec is not None else None
+        predicted = predicted_time(subject, call, flops, spec, mode).by_module(emit_warnings=False) if spec is not None else None
         measured_on = device_name(model_device(model, call)) if timed_here else None
         predicted_where_timed = spec is not None and measured_on is not None and describes(spec, measured_on)
         root = build_hierarchy(model, flops, activations, timing.modules if timing else None, ignore_modules, communication, predicted, predicted_where_timed)
