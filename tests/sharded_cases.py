@@ -303,8 +303,8 @@ def planned_layouts(rank: int, world: int) -> dict[str, Any]:
     over the ``world`` ranks, and on 4 ranks FSDP2 over 2 by tensor parallelism over 2 (a 2-D
     mesh); the collectives ``CommDebugMode`` sees, and their bytes; MemTracker's peak of a steady
     step with AdamW, its output kept through the backward as the memory estimate's step keeps it
-    (the least of 2: gloo's thread may hold a buffer a little longer); and the
-    bytes DDP's backward copies beyond the plain model's (its gradients into its buckets)."""
+    (the least of 2: gloo's thread may hold a buffer a little longer); the bytes DDP's backward
+    copies beyond the plain model's (its gradients into its buckets), and DDP's peak (:func:`_ddp_peak`)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from jitflops.estimates.fake_sharding import shard_like_fsdp2, shard_like_tensor_parallel
@@ -337,7 +337,30 @@ def planned_layouts(rank: int, world: int) -> dict[str, Any]:
         step()
         figures[name]["peak"] = min(memtracker_peak(step, model, optimizer) for _ in range(2)) + ids.nbytes  # the input, made before MemTracker started
     figures["ddp_copied_bytes"] = _backward_copied_bytes(nn.parallel.DistributedDataParallel(small_gpt()), ids) - _backward_copied_bytes(small_gpt(), ids)
+    figures["ddp_peak"] = _ddp_peak(ids)
     return figures
+
+
+def _ddp_peak(ids: torch.Tensor) -> int:
+    """MemTracker's peak of 3 steps with AdamW of the small GPT under torch's DDP (its defaults: the
+    gradients copied into buckets), the DDP wrapper made under the tracker so that it sees the
+    buckets; the output kept through the backward as in :func:`planned_layouts`."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    model = small_gpt()
+    tracker = MemTracker()
+    tracker.track_external(model)
+    with tracker:
+        tracker._mod_tracker.__exit__()  # one module's forward a step: its per-module statistics are not needed
+        replica = nn.parallel.DistributedDataParallel(model)
+        optimizer = torch.optim.AdamW(model.parameters())
+        for _ in range(3):
+            output = replica(input_ids=ids, labels=ids)
+            output.loss.backward()
+            del output
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"] + ids.nbytes
 
 
 def _backward_copied_bytes(model: nn.Module, ids: torch.Tensor) -> int:
