@@ -87,6 +87,24 @@ class StepCollectives:
 
 
 @dataclass(frozen=True)
+class StageMemory:
+    """A pipeline stage's rank's peak, by what holds it (bytes): its weights, the gradients kept
+    all the step (a data-parallel buffer's copy, those accumulated over micro-batches) and the
+    optimizer's state, each its ZeRO share; and what moves in the step at its peak (activations,
+    gradients as they are made, the logits, a prefetched block), with the micro-batches 1F1B keeps
+    in flight beside it."""
+
+    weights: int
+    kept_gradients: int
+    optimizer_state: int
+    step_peak: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kept_gradients + self.optimizer_state + self.step_peak
+
+
+@dataclass(frozen=True)
 class TrainingPlan:
     """What a layout of a training run comes to (:func:`plan_training`)."""
 
@@ -97,8 +115,8 @@ class TrainingPlan:
     sequence: int
     global_batch: int
     breakdown: StepBreakdown
-    memory_per_stage_bytes: tuple[int, ...]
-    """Each pipeline stage's rank's peak (its weights, gradients, optimizer state, activations in flight), first stage first."""
+    memory_per_stage: tuple[StageMemory, ...]
+    """Each pipeline stage's rank's peak, first stage first."""
     memory_bytes: Optional[int]
     model_flops_per_step: float
     hardware_flops_per_step: float
@@ -112,6 +130,10 @@ class TrainingPlan:
     @property
     def step_s(self) -> float:
         return self.breakdown.total_s
+
+    @property
+    def memory_per_stage_bytes(self) -> tuple[int, ...]:
+        return tuple(stage.total for stage in self.memory_per_stage)
 
     @property
     def memory_per_gpu_bytes(self) -> int:
@@ -157,7 +179,7 @@ class TrainingPlan:
             "layout": self.layout.__dict__, "device": self.device, "interconnect": self.interconnect, "gpus": self.gpus, "sequence": self.sequence,
             "global_batch": self.global_batch, "step_s": self.step_s, "mfu": self.mfu, "hfu": self.hfu, "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu, "tokens_per_s": self.tokens_per_s, "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
-            "memory_per_stage_bytes": list(self.memory_per_stage_bytes), "fits": self.fits, "breakdown": {each.name: getattr(breakdown, each.name) for each in fields(breakdown)},
+            "memory_per_stage_bytes": list(self.memory_per_stage_bytes), "memory_per_stage": [stage.__dict__ for stage in self.memory_per_stage], "fits": self.fits, "breakdown": {each.name: getattr(breakdown, each.name) for each in fields(breakdown)},
             "tokens": self.tokens, "hours": self.hours, "gpu_hours": self.gpu_hours, "notes": list(self.notes), "error": self.error,
             "collectives": [each.__dict__ for each in self.collectives],
         }
@@ -448,7 +470,7 @@ class Planner:
         tensor = TensorMeta((int(size) // dtype.itemsize,), dtype)
         return kernel_seconds(EagerOpRecord("aten::clone", [tensor], [tensor]), self.spec, 0.0, 2.0 * size)
 
-    def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, counts: Counter[int], sequence: int, costs: ModelCosts) -> int:
+    def _memory(self, layout: Layout, part: PartCosts, rank: int, micro_batches: int, counts: Counter[int], sequence: int, costs: ModelCosts) -> StageMemory:
         """A stage's rank's peak: its weights and optimizer state (their ZeRO shares, the experts'
         1/ep of them), the step's peak of the rest, lifted from the recorded step of a copy with three
         blocks of each kind to the stage's ``counts`` of them (:mod:`.step_peak`), and the
@@ -485,7 +507,7 @@ class Planner:
         each += sum(count * outputs[copied.middle_block(kinds, kind)] for kind, count in counts.items())
         # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy) and receives its gradient
         boundaries = (in_flight + 1) * _boundary_bytes(self.model, layout.micro_batch, sequence, layout) if rank < layout.pp - 1 else 0
-        return int(weights + state + copies * gradients + peak + (in_flight - 1) * each + boundaries)
+        return StageMemory(int(weights), int(copies * gradients), int(state), int(peak + (in_flight - 1) * each + boundaries))
 
 
 def expert_count(model: nn.Module) -> Optional[int]:

@@ -19,6 +19,14 @@ def _fits(plan: TrainingPlan) -> str:
     return "fits" if plan.fits else f"does not fit: {format_bytes(plan.memory_per_gpu_bytes - plan.memory_bytes)} over"
 
 
+def _memory_parts(plan: TrainingPlan) -> str:
+    """The largest stage's memory by what holds it."""
+    stage = max(plan.memory_per_stage, key=lambda each: each.total)
+    parts = (("weights", stage.weights), ("kept gradients", stage.kept_gradients), ("optimizer state", stage.optimizer_state),
+             ("activations and transients at the peak", stage.step_peak))
+    return " + ".join(f"{name} {format_bytes(value)}" for name, value in parts if value or name == "weights")
+
+
 def plan_text(plan: TrainingPlan, model_name: str = "the model") -> str:
     """One plan, part by part."""
     b = plan.breakdown
@@ -29,7 +37,7 @@ def plan_text(plan: TrainingPlan, model_name: str = "the model") -> str:
     lines = [
         f"Training plan: {model_name} on {plan.gpus} x {plan.device} ({plan.interconnect}), sequences of {plan.sequence} tokens, {plan.global_batch} a step",
         f"  layout: {plan.layout.describe()}",
-        f"  memory per GPU: {format_bytes(plan.memory_per_gpu_bytes)}{capacity} ({_fits(plan)})"
+        f"  memory per GPU: {format_bytes(plan.memory_per_gpu_bytes)}{capacity} ({_fits(plan)}) = " + _memory_parts(plan)
         + (f"; per stage: {', '.join(map(format_bytes, plan.memory_per_stage_bytes))}" if len(plan.memory_per_stage_bytes) > 1 else ""),
         f"  step: {format_seconds(plan.step_s)} = " + " + ".join(f"{part} {format_seconds(seconds)}" for part, seconds in parts if seconds or part == "compute"),
         f"  throughput: {format_quantity(plan.tokens_per_s, 'tokens/s')}, {plan.model_tflops_per_gpu:.1f} model TFLOP/s per GPU, "
