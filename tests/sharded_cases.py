@@ -345,13 +345,9 @@ def _ddp_peak(ids: torch.Tensor) -> int:
     """MemTracker's peak of 3 steps with AdamW of the small GPT under torch's DDP (its defaults: the
     gradients copied into buckets), the DDP wrapper made under the tracker so that it sees the
     buckets; the output kept through the backward as in :func:`planned_layouts`."""
-    from torch.distributed._tools.mem_tracker import MemTracker
-
     model = small_gpt()
-    tracker = MemTracker()
-    tracker.track_external(model)
-    with tracker:
-        tracker._mod_tracker.__exit__()  # one module's forward a step: its per-module statistics are not needed
+
+    def steps() -> None:
         replica = nn.parallel.DistributedDataParallel(model)
         optimizer = torch.optim.AdamW(model.parameters())
         for _ in range(3):
@@ -360,7 +356,7 @@ def _ddp_peak(ids: torch.Tensor) -> int:
             del output
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-    return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"] + ids.nbytes
+    return memtracker_peak(steps, model, per_module=False) + ids.nbytes
 
 
 def _backward_copied_bytes(model: nn.Module, ids: torch.Tensor) -> int:

@@ -48,7 +48,7 @@ from .collective_time import Placement, collective_seconds
 from .interconnects import Interconnect, interconnect
 from .layout import Layout, LayoutError
 from .stages import NOTHING, ModelCosts, ModelRecordings, PartCosts
-from .step_peak import CopiedStep, extrapolated_peak
+from .step_peak import extrapolated_peak
 
 
 @dataclass(frozen=True)
@@ -481,9 +481,9 @@ class Planner:
         data parallelism's buffer holds a copy (torch DDP's buckets, beside the parameters' own
         gradients; a distributed optimizer's, into which the backward adds them), and after a first
         micro-batch the gradients stay to accumulate; a gradient added into a kept one is freed at
-        once. What the embeddings and the
-        head make (the logits, the loss's gradients) is charged to the stages holding them. With full recomputation the copy's blocks
-        checkpoint (the model's own switch), and a micro-batch in flight keeps each block's input alone."""
+        once. What the embeddings and the head make (the logits, the loss's gradients) is charged to
+        the stages holding them. With full recomputation the copy's blocks checkpoint (the model's
+        own switch), and a micro-batch in flight keeps each block's input alone."""
         weights = _sharded(layout, part.parameter_bytes, part.expert_parameter_bytes, layout.zero == 3)
         gradients = _sharded(layout, part.gradient_bytes, part.expert_gradient_bytes, layout.zero >= 2)
         state = _sharded(layout, part.state_bytes, part.expert_state_bytes, layout.zero >= 1)
@@ -492,21 +492,21 @@ class Planner:
         copies = buffered + (accumulating and not (buffered and layout.zero > 0))  # kept copies of the gradients
         added = accumulating or (buffered and layout.zero > 0)  # each gradient made is added into a kept one
         full = layout.recompute == "full"
-        estimate, names, kinds = self.recordings.step_memory(layout.tp, layout.micro_batch, sequence, layout.zero == 3 and layout.dp * layout.cp > 1, full)
+        copied = self.recordings.step_memory(layout.tp, layout.micro_batch, sequence, layout.zero == 3 and layout.dp * layout.cp > 1, full)
 
         def share(each: PartCosts) -> float:
             return _sharded(layout, each.gradient_bytes, each.expert_gradient_bytes, layout.zero >= 2)
         split = layout.sequence_parallel and layout.tp > 1 and not full
         scales = self.recordings.sequence_split(layout.tp, layout.micro_batch, sequence) if split else [1.0] * len(costs.blocks)
-        copied = CopiedStep(estimate.step, names)
         outside = {name for name, held in (("embeddings", rank == 0), ("head", rank == layout.pp - 1)) if held}
-        peak = extrapolated_peak(copied, kinds, counts, scales, [share(block) for block in costs.blocks], share(costs.outside_of(rank, layout.pp)), outside, added)
+        peak = extrapolated_peak(copied, counts, scales, [share(block) for block in costs.blocks], share(costs.outside_of(rank, layout.pp)), outside, added)
         in_flight = min(micro_batches, layout.pp - rank + (layout.pp - 1) * (layout.virtual_stages - 1) // layout.virtual_stages)
-        each = sum(counts.values()) * _boundary_bytes(self.model, layout.micro_batch, sequence, layout) if full else part.activation_bytes
+        boundary = _boundary_bytes(self.model, layout.micro_batch, sequence, layout)
+        each = sum(counts.values()) * boundary if full else part.activation_bytes
         outputs = copied.per_block("outputs")  # a returned cache's keys and values: a micro-batch keeps them as long as its activations
-        each += sum(count * outputs[copied.middle_block(kinds, kind)] for kind, count in counts.items())
+        each += sum(count * outputs[copied.middle_block(kind)] for kind, count in counts.items())
         # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy) and receives its gradient
-        boundaries = (in_flight + 1) * _boundary_bytes(self.model, layout.micro_batch, sequence, layout) if rank < layout.pp - 1 else 0
+        boundaries = (in_flight + 1) * boundary if rank < layout.pp - 1 else 0
         return StageMemory(int(weights), int(copies * gradients), int(state), int(peak + (in_flight - 1) * each + boundaries))
 
 

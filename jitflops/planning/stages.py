@@ -44,6 +44,7 @@ from ..frontends.meta_values import empty_copy
 from ..handles import COMMUNICATION_FORMULAS, collective_of
 from ..handles.collectives import Collective
 from ..handles.traffic import tensor_bytes
+from .step_peak import CopiedStep
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ class ModelRecordings:
         self._recordings: dict[tuple[int, int, int, bool], tuple[DispatchTrace, nn.Module, list[str]]] = {}
         self._optimizer_steps: dict[tuple[int, bool], dict[str, DispatchTrace]] = {}
         self._memory: dict[tuple[int, int, int], MemoryEstimate] = {}
-        self._step_memory: dict[tuple[int, int, int, bool, bool], MemoryEstimate] = {}
+        self._step_memory: dict[tuple[int, int, int, bool, bool], CopiedStep] = {}
         self._costs: dict[tuple[Any, ...], tuple[DeviceSpec, ModelCosts]] = {}
         self._cut: dict[int, tuple[nn.Module, list[str]]] = {}
 
@@ -171,8 +172,7 @@ class ModelRecordings:
         fewer; renumbered from 0, a kind's together), its loss's call, and those blocks' names."""
         if each not in self._cut:  # the whole model is walked once per ``each``; each copy after is of the cut one
             cut, _, copies = empty_copy(self.model, ModelCall((), {}))
-            kept = [position for kind, first in enumerate(self._firsts)
-                    for position in [first] + [index for index, order in enumerate(self.block_order) if order == kind and index != first][:each - 1]]
+            kept = [position for kind in range(len(self._firsts)) for position in [index for index, order in enumerate(self.block_order) if order == kind][:each]]
             copies[self._container]._modules = {str(index): copies[self._blocks[position]] for index, position in enumerate(kept)}
             names = {module: name for name, module in cut.named_modules()}
             self._cut[each] = (cut, [names[copies[self._blocks[position]]] for position in kept])
@@ -227,19 +227,20 @@ class ModelRecordings:
             self._memory[key] = memory_footprint(twin, (), call.kwargs, train=self.optimizer, tensor_parallel=tp if tp > 1 else None)
         return self._memory[key]
 
-    def step_memory(self, tp: int, micro_batch: int, sequence: int, fsdp: bool = False, checkpointing: bool = False) -> tuple[MemoryEstimate, list[str], list[int]]:
+    def step_memory(self, tp: int, micro_batch: int, sequence: int, fsdp: bool = False, checkpointing: bool = False) -> CopiedStep:
         """The training step's memory estimate of the copy holding three blocks of each kind (one
         between two others: under FSDP2 it prefetches its neighbour's weights while the other's
         gradients are still being reduced, :mod:`jitflops.planning.step_peak`), on one rank of ``tp``; with
         ``fsdp``, FSDP2 over 2 ranks on top; with ``checkpointing``, each block recomputed in the
-        backward (the model's own activation checkpointing). The copy's blocks' names, and their kinds."""
+        backward (the model's own activation checkpointing); read by block."""
         key = (tp, micro_batch, sequence, fsdp, checkpointing)
         if key not in self._step_memory:
             twin, call, names = self._cut_copy(micro_batch, sequence, each=3)
-            self._step_memory[key] = memory_footprint(twin, (), call.kwargs, train=self.optimizer, tensor_parallel=tp if tp > 1 else None,
-                                                      fsdp=2 if fsdp else None, checkpointing=checkpointing)
-        kinds = [kind for kind in range(len(self._firsts)) for _ in range(min(3, self.block_order.count(kind)))]
-        return self._step_memory[key], self._cut[3][1], kinds
+            estimate = memory_footprint(twin, (), call.kwargs, train=self.optimizer, tensor_parallel=tp if tp > 1 else None, fsdp=2 if fsdp else None,
+                                        checkpointing=checkpointing)
+            kinds = [kind for kind in range(len(self._firsts)) for _ in range(min(3, self.block_order.count(kind)))]
+            self._step_memory[key] = CopiedStep(estimate.step, names, kinds)
+        return self._step_memory[key]
 
     def sequence_split(self, tp: int, micro_batch: int, sequence: int) -> list[float]:
         """Per kind of block, the share of its saved activations on a rank of ``tp`` that sequence

@@ -22,6 +22,7 @@ every activation (+7% under FSDP2 by tensor parallelism).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Container, Mapping, Optional, Sequence
 
 from ..estimates.memory_estimate import StepRecord
@@ -63,45 +64,68 @@ class BlockShare:
 
 @dataclass(frozen=True)
 class CopiedStep:
-    """The copy's recorded step, read by block (``blocks``: the copy's, in the model's order): which
-    block (its position; None outside them) each saved activation, gradient and output is of. A
-    saved activation is a storage autograd saved in the forward and still holds when the backward
-    starts (FSDP2's gathered weights, saved too, are freed at the end of the forward)."""
+    """The copy's recorded step, read by block (``blocks``: the copy's, in the model's order;
+    ``kinds``: each one's kind): which block (its position; None outside them) each saved
+    activation, gradient and output is of. A saved activation is a storage autograd saved in the
+    forward and still holds when the backward starts (FSDP2's gathered weights, saved too, are freed
+    at the end of the forward). Each reading is taken once: a search plans every layout from it."""
 
     step: StepRecord
     blocks: Sequence[str]
+    kinds: Sequence[int]
 
     def _block_of(self, module: str) -> Optional[int]:
         return next((position for position, name in enumerate(self.blocks) if _within(module, name)), None)
 
+    @cached_property
+    def _lives(self) -> dict[str, dict[int, Optional[int]]]:
+        recording, categories, backward = self.step.recording, self.step.categories, self.step.recording.phase_starts[BACKWARD]
+        return {
+            "saved_activations": {index: self._block_of(module) for index, module in recording.saved.items()
+                                  if categories.get(index) == "saved_activations" and recording.lives[index].alive_at(backward)},
+            "gradients": {index: self._block_of(self.step.owners.get(index, "")) for index, found in categories.items() if found == "gradients"},
+            "outputs": {index: self._block_of(recording.lives[index].module) for index, found in categories.items() if found == "outputs"},
+        }
+
     def lives(self, category: str) -> dict[int, Optional[int]]:
         """The lives of ``category`` (saved activations, gradients or outputs), each with its block."""
-        recording, categories = self.step.recording, self.step.categories
-        if category == "saved_activations":
-            backward = recording.phase_starts[BACKWARD]
-            return {index: self._block_of(module) for index, module in recording.saved.items()
-                    if categories.get(index) == category and recording.lives[index].alive_at(backward)}
-        owner = self.step.owners.get if category == "gradients" else (lambda index, _: recording.lives[index].module)
-        return {index: self._block_of(owner(index, "")) for index, found in categories.items() if found == category}
+        return self._lives[category]
+
+    @cached_property
+    def _per_block(self) -> dict[str, list[int]]:
+        found = {category: [0] * (len(self.blocks) + 1) for category in self._lives}
+        for category, lives in self._lives.items():
+            for index, block in lives.items():
+                found[category][len(self.blocks) if block is None else block] += self.step.recording.lives[index].nbytes
+        return found
 
     def per_block(self, category: str) -> list[int]:
         """The bytes of :meth:`lives` of ``category`` of each block, then of the rest."""
-        found = [0] * (len(self.blocks) + 1)
-        for index, block in self.lives(category).items():
-            found[len(self.blocks) if block is None else block] += self.step.recording.lives[index].nbytes
-        return found
+        return self._per_block[category]
 
-    def middle_block(self, kinds: Sequence[int], kind: int) -> int:
-        """The copy's block that stands for one of ``kind`` (``kinds``: each copy block's): the middle
-        one of its kind (the first also saves what the blocks share, a 1-D mask or the rotary tables)."""
-        return kinds.index(kind) + kinds.count(kind) // 2
+    def middle_block(self, kind: int) -> int:
+        """The copy's block that stands for one of ``kind``: the middle one of its kind (the first
+        also saves what the blocks share, a 1-D mask or the rotary tables)."""
+        return self.kinds.index(kind) + self.kinds.count(kind) // 2
 
-    def first_freed(self, block: int) -> int:
-        """The tick the first of ``block``'s saved activations is freed at: its backward's start."""
+    @cached_property
+    def _first_freed(self) -> list[int]:
+        """Per block, the tick the first of its saved activations is freed at: its backward's start."""
         recording = self.step.recording
-        return min((recording.lives[index].died for index, owner in self.lives("saved_activations").items()
-                    if owner == block and recording.lives[index].died is not None), default=recording.phase_starts[BACKWARD])
+        firsts: dict[int, int] = {}
+        for index, block in self._lives["saved_activations"].items():
+            died = recording.lives[index].died
+            if block is not None and died is not None:
+                firsts[block] = min(firsts.get(block, died), died)
+        return [firsts.get(block, recording.phase_starts[BACKWARD]) for block in range(len(self.blocks))]
 
+    @cached_property
+    def _blocks_forward(self) -> tuple[int, int]:
+        """The ticks the first block's forward starts at and the last block's ends at."""
+        calls = self.step.recording.calls
+        return min(call.start for call in calls if call.module == self.blocks[0]), max(call.end for call in calls if call.module == self.blocks[-1])
+
+    @cached_property
     def outside_parts(self) -> dict[int, str]:
         """The lives (their index) the parts outside the blocks made, each with its part: the
         "embeddings" before the first block's forward and once the first block's backward has begun
@@ -110,13 +134,11 @@ class CopiedStep:
         backward; a block's backward makes its gradients with no module running). What the blocks
         share (made among them) and the optimizer's are in neither."""
         recording = self.step.recording
-        forward = min(call.start for call in recording.calls if call.module == self.blocks[0])
-        last = max(call.end for call in recording.calls if call.module == self.blocks[-1])
-        first_backward, optimizer = self.first_freed(0), recording.phase_starts[OPTIMIZER]
-        saved = self.lives("saved_activations")
-        head_backward = max((recording.lives[index].died or optimizer for index, block in saved.items() if block is None and recording.lives[index].born >= last),
-                            default=self.first_freed(len(self.blocks) - 1))
-        inside = {index for category in ("saved_activations", "gradients", "outputs") for index, block in self.lives(category).items() if block is not None}
+        forward, last = self._blocks_forward
+        first_backward, optimizer = self._first_freed[0], recording.phase_starts[OPTIMIZER]
+        head_backward = max((recording.lives[index].died or optimizer for index, block in self._lives["saved_activations"].items()
+                             if block is None and recording.lives[index].born >= last), default=self._first_freed[-1])
+        inside = {index for lives in self._lives.values() for index, block in lives.items() if block is not None}
         parts = {}
         for index, life in enumerate(recording.lives):
             if index in inside or self._block_of(life.module) is not None:
@@ -127,42 +149,43 @@ class CopiedStep:
                 parts[index] = "head"
         return parts
 
+    @cached_property
     def segment_starts(self) -> list[int]:
         """The tick each of :data:`SEGMENTS` starts at: the forward's, the first block's first
         forward call, the first saved activation freed of the block before the last (the middle
         one), of the first block, and the optimizer's step."""
         recording = self.step.recording
-        forward = min(call.start for call in recording.calls if call.module == self.blocks[0])
-        middle = self.first_freed(max(len(self.blocks) - 2, 0))
-        return [recording.phase_starts[FORWARD], forward, middle, max(middle, self.first_freed(0)), recording.phase_starts[OPTIMIZER]]
+        middle = self._first_freed[max(len(self.blocks) - 2, 0)]
+        return [recording.phase_starts[FORWARD], self._blocks_forward[0], middle, max(middle, self._first_freed[0]), recording.phase_starts[OPTIMIZER]]
 
 
-def extrapolated_peak(copied: CopiedStep, kinds: Sequence[int], counts: Mapping[int, int], activation_scales: Sequence[float],
+def extrapolated_peak(copied: CopiedStep, counts: Mapping[int, int], activation_scales: Sequence[float],
                       gradient_bytes: Sequence[float], root_gradient_bytes: float, outside: Container[str] = ("embeddings", "head"),
                       accumulated: bool = False) -> int:
     """The most a rank holds at once in the step, parameters and optimizer state left out, with
-    ``counts`` blocks of each kind (``kinds``: each copy block's). Per kind, what the plan's block
+    ``counts`` blocks of each kind. Per kind, what the plan's block
     holds of the copy's saved activations (``activation_scales``: sequence parallelism splits them)
     and its gradients (``gradient_bytes``: ZeRO's share); and the gradients outside the blocks;
     ``accumulated``: a buffer holds the gradients all the step (the plan counts it apart), and each
     one the backward makes is added into it and freed at once (autograd's accumulation, a DDP
     bucket's copy); ``outside``: the parts outside the blocks the rank holds (a
-    pipeline's first stage the embeddings, its last the head: :meth:`CopiedStep.outside_parts`).
+    pipeline's first stage the embeddings, its last the head: :attr:`CopiedStep.outside_parts`).
     Each moment of the copy's step, its blocks' activations and gradients scaled to the plan's, gets
     what the blocks it lacks hold then (:data:`SEGMENTS`), one of each kind as its
     :meth:`CopiedStep.middle_block` holds it."""
     recording = copied.step.recording
     activations, gradients = copied.lives("saved_activations"), copied.lives("gradients")
     saved, made, outputs = copied.per_block("saved_activations"), copied.per_block("gradients"), copied.per_block("outputs")
+    kinds = copied.kinds
     shares = {kind: BlockShare(saved[block] * activation_scales[kind], 0.0 if accumulated else gradient_bytes[kind], outputs[block])
-              for kind, block in ((kind, copied.middle_block(kinds, kind)) for kind in set(kinds))}
+              for kind, block in ((kind, copied.middle_block(kind)) for kind in set(kinds))}
     saved_scales = [activation_scales[kind] for kind in kinds] + [1.0]
     gradient_scales = [gradient_bytes[kind] / made[block] if made[block] else 0.0 for block, kind in enumerate(kinds)]
     gradient_scales.append(root_gradient_bytes / made[-1] if made[-1] else 0.0)
-    starts = copied.segment_starts()
+    starts = copied.segment_starts
     lifted = [sum((counts.get(kind, 0) - kinds.count(kind)) * share.held(segment) for kind, share in shares.items()) for segment in SEGMENTS]
     changes: list[tuple[int, float]] = [(tick, 0.0) for tick in starts]
-    elsewhere = {index for index, part in copied.outside_parts().items() if part not in outside}
+    elsewhere = {index for index, part in copied.outside_parts.items() if part not in outside}
     for index, life in enumerate(recording.lives):
         if copied.step.categories.get(index) in PERSISTENT or index in elsewhere:
             continue
