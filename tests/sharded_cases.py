@@ -282,8 +282,8 @@ def small_gpt(device: str = "cpu") -> nn.Module:
 
 
 def memtracker_peak(step: Callable[[], None], *tracked: Any, per_module: bool = True) -> int:
-    """MemTracker's peak on the CPU of ``step``, with ``tracked`` (a model, its optimizer or None:
-    made before it started) taken in; ``per_module=False``: its per-module statistics off, since its
+    """MemTracker's peak on the CPU of ``step``, with ``tracked`` (a model, its optimizer, tensors or
+    None: made before it started) taken in; ``per_module=False``: its per-module statistics off, since its
     module hooks take a root module's second forward for a second step, and a pipeline runs one a
     micro-batch (the peak is the whole step's either way)."""
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -418,12 +418,12 @@ class GPTStage(nn.Module):
         return self.gpt.lm_head(hidden) if self.last else hidden
 
 
-def pipelined_gpt(rank: int, world: int, micro_batch: int, micro_batches: int, replicas: int = 1) -> tuple[nn.Module, Callable[[], None]]:
+def pipelined_gpt(rank: int, world: int, micro_batch: int, micro_batches: int, replicas: int = 1) -> tuple[nn.Module, Callable[[], None], Any]:
     """The small GPT cut into ``world / replicas`` pipeline stages under torch's 1F1B schedule over
     ``micro_batches`` micro-batches of ``micro_batch`` sequences of 128 tokens, the loss the model's
     own; each stage held by ``replicas`` data-parallel ranks under DDP (a stage's ranks adjacent:
     data parallelism inside the pipeline, Megatron's order), each replica on its own batch. The
-    rank's stage, and a training step's pipelined forward and backward."""
+    rank's stage, a training step's pipelined forward and backward, and torch's ``PipelineStage``."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
@@ -452,14 +452,23 @@ def pipelined_gpt(rank: int, world: int, micro_batch: int, micro_batches: int, r
             schedule.step(target=ids, return_outputs=False)
         else:
             schedule.step(return_outputs=False)
-    return stage_module, step
+    return stage_module, step, stage
+
+
+def receive_buffers(stage: Any) -> list[torch.Tensor]:
+    """The buffers a ``PipelineStage`` receives into (made at its first step, kept for every step):
+    one per micro-batch for the activations it receives and one for the gradients."""
+    infos = [info for chunk in (*stage.args_recv_info.values(), *stage.grad_recv_info.values()) for info in chunk]
+    return [info.buffer for info in infos if isinstance(getattr(info, "buffer", None), torch.Tensor)]
 
 
 def planned_pipeline(rank: int, world: int) -> dict[str, Any]:
     """The small GPT's training step cut into ``world`` stages under 1F1B (4 micro-batches of 2
     sequences): each rank's sends and receives, and MemTracker's peak of its stage's step with AdamW
-    (the least of 2 steady steps: gloo's thread may hold a buffer a little longer)."""
-    stage_module, pipelined = pipelined_gpt(rank, world, 2, 4)
+    (the least of 2 steady steps: gloo's thread may hold a buffer a little longer), the buffers the
+    stage receives into taken in (made at the first step: MemTracker would see each only once the
+    step writes it)."""
+    stage_module, pipelined, stage = pipelined_gpt(rank, world, 2, 4)
     optimizer = torch.optim.AdamW(stage_module.parameters())
 
     def step() -> None:
@@ -469,7 +478,7 @@ def planned_pipeline(rank: int, world: int) -> dict[str, Any]:
     step()
     with record_collectives() as log:
         step()
-    peak = min(memtracker_peak(step, stage_module, optimizer, per_module=False) for _ in range(2))
+    peak = min(memtracker_peak(step, stage_module, optimizer, *receive_buffers(stage), per_module=False) for _ in range(2))
     dist.barrier()  # the last sends complete before the process group goes
     return {"collectives": {key: [t.calls, t.bytes] for key, t in log.by_collective().items()}, "peak": peak}
 

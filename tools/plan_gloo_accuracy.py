@@ -102,7 +102,7 @@ def _training_rank(rank: int, world: int, port: int, folder: str, layouts: list[
         for layout in layouts:
             tp, pp, dp, zero = _sizes(layout, world)
             if pp > 1:
-                stage, pipelined = pipelined_gpt(rank, world, PIPELINE_MICRO_BATCH, PIPELINE_MICRO_BATCHES, replicas=dp)
+                stage, pipelined, _ = pipelined_gpt(rank, world, PIPELINE_MICRO_BATCH, PIPELINE_MICRO_BATCHES, replicas=dp)
                 runs[layout] = (pipelined, torch.optim.AdamW(stage.parameters()))
                 continue
             mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))

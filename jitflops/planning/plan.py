@@ -90,18 +90,22 @@ class StepCollectives:
 class StageMemory:
     """A pipeline stage's rank's peak, by what holds it (bytes): its weights, the gradients kept
     all the step (a data-parallel buffer's copy, those accumulated over micro-batches) and the
-    optimizer's state, each its ZeRO share; and what moves in the step at its peak (activations,
-    gradients as they are made, the logits, a prefetched block), with the micro-batches 1F1B keeps
-    in flight beside it."""
+    optimizer's state, each its ZeRO share; the buffers torch's pipelining receives into; and
+    what moves in the step at its peak (activations, gradients as they are made, the logits, a
+    prefetched block), with the micro-batches 1F1B keeps in flight beside it."""
 
     weights: int
     kept_gradients: int
     optimizer_state: int
+    receive_buffers: int
+    """``torch.distributed.pipelining``'s: a stage makes one buffer per micro-batch for each
+    direction it receives in (the previous stage's activations, the next one's gradients) at its
+    first step, and keeps them all for every step."""
     step_peak: int
 
     @property
     def total(self) -> int:
-        return self.weights + self.kept_gradients + self.optimizer_state + self.step_peak
+        return self.weights + self.kept_gradients + self.optimizer_state + self.receive_buffers + self.step_peak
 
 
 @dataclass(frozen=True)
@@ -476,7 +480,9 @@ class Planner:
         blocks of each kind to the stage's ``counts`` of them (:mod:`.step_peak`), and the
         activations of the micro-batches 1F1B keeps in flight beyond the one stepping (``p - rank``;
         interleaved: a chunk's worth more per round), and on a stage before the last, the outputs
-        it sent until their backward and the gradient it receives. The gradients are the step's to
+        it sent until their backward and the gradient it receives, beside the buffers torch's
+        pipelining receives into (one per micro-batch and direction: 1.5% of the first stage's peak
+        on 2 gloo ranks, which ``MemTracker`` sees once the step writes them). The gradients are the step's to
         free as its backward makes them (FSDP2's sharded ones too), unless they are kept all the step:
         data parallelism's buffer holds a copy (torch DDP's buckets, beside the parameters' own
         gradients; a distributed optimizer's, into which the backward adds them), and after a first
@@ -505,9 +511,11 @@ class Planner:
         each = sum(counts.values()) * boundary if full else part.activation_bytes
         outputs = copied.per_block("outputs")  # a returned cache's keys and values: a micro-batch keeps them as long as its activations
         each += sum(count * outputs[copied.middle_block(kind)] for kind, count in counts.items())
-        # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy) and receives its gradient
+        # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy) and its gradient received
         boundaries = (in_flight + 1) * boundary if rank < layout.pp - 1 else 0
-        return StageMemory(int(weights), int(copies * gradients), int(state), int(peak + (in_flight - 1) * each + boundaries))
+        stages = range(rank, layout.pp * layout.virtual_stages, layout.pp)  # the rank's chunks' stages (interleaved: one per round)
+        received = sum((stage > 0) + (stage < layout.pp * layout.virtual_stages - 1) for stage in stages)
+        return StageMemory(int(weights), int(copies * gradients), int(state), received * micro_batches * boundary, int(peak + (in_flight - 1) * each + boundaries))
 
 
 def expert_count(model: nn.Module) -> Optional[int]:

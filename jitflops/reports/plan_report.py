@@ -23,6 +23,7 @@ def _memory_parts(plan: TrainingPlan) -> str:
     """The largest stage's memory by what holds it."""
     stage = max(plan.memory_per_stage, key=lambda each: each.total)
     parts = (("weights", stage.weights), ("kept gradients", stage.kept_gradients), ("optimizer state", stage.optimizer_state),
+             ("pipeline receive buffers", stage.receive_buffers),
              ("activations and transients at the peak", stage.step_peak))
     return " + ".join(f"{name} {format_bytes(value)}" for name, value in parts if value or name == "weights")
 
