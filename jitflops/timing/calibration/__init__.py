@@ -6,7 +6,7 @@ environment's ``JITFLOPS_CALIBRATION_BUDGET_S`` set another), it measures:
 - the host's time per eager call by kind (:mod:`.host`) and the bandwidth of a large copy;
 - products: a grid of rates by rows and weight size per dtype, the rates one weight size reaches
   by its shape (an inner width half, equal to and twice the square's), and batched products by FLOPs
-  (:mod:`.products`); a dtype the device only emulates is found, marked and timed on small products;
+  on operands just written (:mod:`.products`); a dtype the device only emulates is found, marked and timed on small products;
   on a CPU, float32's grid again with the weights in the last-level cache, and that cache's size;
 - on a CPU, 1 x 1 convolutions on a grid of their own by positions and weight size, per dtype it
   runs at speed;
@@ -133,7 +133,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
     pointwise = {} if gpu else _each_dtype(budget.seconds * SHARES["pointwise"], native, lambda dtype, share: pointwise_grid(produced, dtype, share))
     grouped = _each_dtype(budget.seconds * SHARES["grouped"], native, lambda dtype, share: grouped_grid(produced, dtype, share))
     kernels: dict[str, tuple[tuple[float, float], ...]] = {}
-    for family, measure in (("batched", lambda dtype, share: {"bmm": batched_curve(cold, dtype, share, (12, 48), (64, 128, 256, 512, 1024))}),
+    for family, measure in (("batched", lambda dtype, share: {"bmm": batched_curve(produced, dtype, share, on_host)}),
                             ("convolutions", lambda dtype, share: convolution_curves(cold, produced, dtype, share, on_host)),
                             ("attention", lambda dtype, share: attention_curves(warm, dtype, share, on_host))):
         for key, curves in _each_dtype(budget.seconds * SHARES[family], dtypes, measure).items():  # an emulated dtype's large sizes are not afforded

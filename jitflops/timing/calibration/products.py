@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ...estimates.devices import ProductGrid
-from .budget import Budget, CallTimer, Maker, interleaved_medians, measured_curve
+from .budget import Budget, CallTimer, Maker, interleaved_medians, measured_curve, on_activations
 
 CPU_ROWS = (1, 8, 32, 128, 512, 2048)
 CPU_WIDTHS = (256, 512, 1024, 2048, 4096)
@@ -168,10 +168,19 @@ def resident_grid(timer: CallTimer, budget: Budget, rows: Sequence[int], widths:
     return product_grid(timer, torch.float32, budget, rows, fitting, rotation_bytes=rotation) if fitting else None
 
 
-def batched_curve(timer: CallTimer, dtype: torch.dtype, budget: Budget, batches: Sequence[int], lengths: Sequence[int],
+BATCHED_SIZES = ((4, 16), (4, 32), (12, 16), (12, 32), *((batch, length) for batch in (12, 48) for length in (64, 128, 256, 512, 1024)))
+"""(batch, length) of the batched products timed: from a small vision transformer's attention
+(LeViT's 4 to 16 heads of 16 to 196 tokens: 0.1 to 10 MFLOPs, 4 to 60 us a call on a 2-core EPYC)
+to a long sequence's. Before 2026-11-29 the smallest was 12 x 64 (6 MFLOPs, 78 us), under which
+every product was priced at that time, LeViT-128S's 28 at 2.3 ms a forward against 0.5 measured."""
+
+
+def batched_curve(timer: CallTimer, dtype: torch.dtype, budget: Budget, host_s: float = 0.0, sizes: Sequence[tuple[int, int]] = BATCHED_SIZES,
                   head_dim: int = 64) -> tuple[tuple[float, float], ...]:
     """Batched products as attention runs them, (batch, length, head_dim) by (batch, head_dim,
-    length): (FLOPs, seconds) points."""
+    length), at each (batch, length) of ``sizes``, on operands the op before has just written
+    (``timer`` produces them: both are activations): (FLOPs, seconds) points, ``host_s`` (the
+    host's time of a call, which the prediction adds) taken off."""
 
     def call_of(size: tuple[int, int]) -> tuple[float, Maker]:
         batch, length = size
@@ -179,6 +188,6 @@ def batched_curve(timer: CallTimer, dtype: torch.dtype, budget: Budget, batches:
         def make() -> Callable[[], object]:
             q = torch.randn(batch, length, head_dim, device=timer.device).to(dtype)
             k = torch.randn(batch, head_dim, length, device=timer.device).to(dtype)
-            return lambda: torch.bmm(q, k)
+            return on_activations(lambda: torch.bmm(q, k), q, k)
         return 2.0 * batch * length * length * head_dim, make
-    return measured_curve(timer, budget, [(batch, length) for batch in batches for length in lengths], call_of)
+    return measured_curve(timer, budget, sizes, call_of, host_s)
