@@ -424,7 +424,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     elapsed = time.perf_counter() - started
     assert elapsed < 6 + 4, f"calibrate took {elapsed:.1f} s on a 6 s budget"
     assert spec.emulated == ("bfloat16",) and set(spec.products) == {"float32", "bfloat16"}
-    assert spec.products["bfloat16"].rows == (1, 8, 32)  # emulated: small products only
+    assert spec.products["bfloat16"].rows == (1, 8, 16, 32)  # emulated: small products only
     assert set(spec.product_aspects) == {"float32"} and spec.product_aspects["float32"].weights == (512, 1024, 2048)  # the middle width's shapes
     assert set(spec.pointwise_products) == {"float32"} and spec.pointwise_products["float32"].rows == (1, 49, 196, 784, 3136, 12544)  # 1 x 1 convolutions: not of an emulated dtype; one position: a squeeze-and-excitation's
     assert set(spec.grouped_convolutions) == {"float32"} and spec.grouped_convolutions["float32"].rows == (36, 72, 144, 576, 1152)  # grouped 3 x 3: 4 to 128 channels a group
