@@ -17,7 +17,7 @@ from .devices import DeviceSpec, is_cpu_spec
 FIGURES = ("forward", "compiled forward", "training step", "prefill", "decode step", "planned throughput")
 
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "cpu": {"forward": (-0.24, 0.19), "compiled forward": (-0.26, 0.20), "training step": (-0.36, 0.49), "prefill": (-0.33, 0.08),
+    "cpu": {"forward": (-0.34, 0.22), "compiled forward": (-0.26, 0.20), "training step": (-0.36, 0.49), "prefill": (-0.33, 0.08),
             "decode step": (-0.13, 0.14)},
     "gpu": {"planned throughput": (-0.12, 0.12)},
 }
@@ -26,9 +26,13 @@ latest runs on each machine of the class measured (on a CPU: eight runs on a 2-c
 the latest six with this release's timing of an activation's ops on an input just written, one
 of them with each forward timed right after its own, the compiled forward in two of those and in
 one of the two before, and a 2-core AVX2 one with the release before those, which priced every
-product from memory and a decode step's attention at the smallest square one's time)."""
+product from memory and a decode step's attention at the smallest square one's time; the forward
+also priced from the dispatch backend's recording in three runs, on 2026-11-29, the second's
+MobileNetV2 -34%, and on 22 models outside the zoo, three runs on the AVX-512 EPYC, the latest's
+worst EfficientNet-B0's +22%)."""
 
-SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28): docs/benchmarks.md",
+SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28), "
+                 "and the forward of 22 models outside them (2026-11-29): docs/benchmarks.md",
           "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-28: docs/plan.md"}
 
 
