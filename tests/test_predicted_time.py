@@ -427,6 +427,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert spec.products["bfloat16"].rows == (1, 8, 16, 32)  # emulated: small products only
     assert set(spec.product_aspects) == {"float32"} and spec.product_aspects["float32"].weights == (512, 1024, 2048)  # the middle width's shapes
     assert set(spec.pointwise_products) == {"float32"} and spec.pointwise_products["float32"].rows == (1, 49, 196, 784, 3136, 12544)  # 1 x 1 convolutions: not of an emulated dtype; one position: a squeeze-and-excitation's
+    assert spec.pointwise_products["float32"].weights[-1] == 4 * 1024 * 1024  # as wide as ResNet-50's last stage (2,048 channels), EfficientNet's
     assert set(spec.grouped_convolutions) == {"float32"} and spec.grouped_convolutions["float32"].rows == (36, 72, 144, 576, 1152)  # grouped 3 x 3: 4 to 128 channels a group
     assert {"copy", "transpose", "arithmetic", "norm", "softmax", "gather", "attention.float32", "decode_attention.float32"} <= set(spec.kernel_curves)
     assert spec.kernel_curves["bmm.float32"][0][0] == 2 * 4 * 16 * 16 * 64  # a small model's attention products (LeViT's): timed, not floored at 6 MFLOPs'

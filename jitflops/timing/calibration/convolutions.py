@@ -39,8 +39,11 @@ POINTWISE_SIZES = (1, 7, 14, 28, 56, 112)
 squeeze-and-excitation's (RegNetY's, EfficientNet's, MobileNetV3's), on the pooled image: oneDNN's
 call, not the product, sets its time (RegNetY's took 40 to 50 µs, where the grid's rate at 49
 positions gave 4)."""
-POINTWISE_CHANNELS = (16, 32, 64, 128, 256)
-"""Input channels of the 1 x 1 grid, each expanded by 4: weights of 1 Ki to 256 Ki elements."""
+POINTWISE_CHANNELS = (16, 32, 64, 128, 256, 512, 1024)
+"""Input channels of the 1 x 1 grid, each expanded by 4: weights of 1 Ki to 4 Mi elements, as wide
+as ResNet-50's last stage (512 to 2,048 channels) and EfficientNet's. Before 2026-11-29 the widest
+was 256 to 1,024, at whose rate every wider one was read: 129 GFLOP/s at 7 x 7 positions, where
+EfficientNet's 3,840 to 640 channels ran at 243 (991 µs a call, priced at 1,865)."""
 POINTWISE_MOST_FLOPS = 2e9
 """1 x 1 convolutions above this many FLOPs are not timed: the grid takes the rate of the largest timed one of their row."""
 
