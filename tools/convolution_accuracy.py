@@ -95,7 +95,7 @@ def run_rounds(rounds: int) -> list[dict[str, Any]]:
                 measured = benchmark.Timer("conv(x)", globals={"conv": conv, "x": x}, num_threads=torch.get_num_threads()).blocked_autorange(min_run_time=0.2).median
                 row["layers"][key] = {"measured_s": measured, "error": predicted(conv, x, spec) / measured - 1,
                                       "error_without_grid": predicted(conv, x, without) / measured - 1}
-        times = forwards({name: (model, (image,), {}) for name, model in models.items()}, 7)
+        times = forwards({name: (model, (image,), {}) for name, model in models.items()}, 7)[1]
         for name, model in models.items():
             measured = statistics.median(times[name])
             row["models"][name] = {"measured_s": measured, "error": predicted(model, image, spec) / measured - 1,
