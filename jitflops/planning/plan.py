@@ -481,9 +481,9 @@ class Planner:
         activations of the micro-batches 1F1B keeps in flight beyond the one stepping (``p - rank``;
         interleaved: a chunk's worth more per round), and on a stage before the last, the outputs
         it sent until their backward and the gradient it receives, beside the buffers torch's
-        pipelining receives into (one per micro-batch and direction: 1.5% of the first stage's peak
-        on 2 gloo ranks, which ``MemTracker`` sees once the step writes them). The gradients are the step's to
-        free as its backward makes them (FSDP2's sharded ones too), unless they are kept all the step:
+        pipelining receives into (one per micro-batch and direction: 1.5% of the first stage's
+        peak on 2 gloo ranks, which ``MemTracker`` sees once the step writes them). The gradients
+        are the step's to free as its backward makes them (FSDP2's sharded ones too), unless they are kept all the step:
         data parallelism's buffer holds a copy (torch DDP's buckets, beside the parameters' own
         gradients; a distributed optimizer's, into which the backward adds them), and after a first
         micro-batch the gradients stay to accumulate; a gradient added into a kept one is freed at
@@ -511,7 +511,8 @@ class Planner:
         each = sum(counts.values()) * boundary if full else part.activation_bytes
         outputs = copied.per_block("outputs")  # a returned cache's keys and values: a micro-batch keeps them as long as its activations
         each += sum(count * outputs[copied.middle_block(kind)] for kind, count in counts.items())
-        # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy) and its gradient received
+        # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy), and one
+        # boundary more at its peak, the gradient its backward starts from (without it torch's first stage is 0.5% short of MemTracker)
         boundaries = (in_flight + 1) * boundary if rank < layout.pp - 1 else 0
         stages = range(rank, layout.pp * layout.virtual_stages, layout.pp)  # the rank's chunks' stages (interleaved: one per round)
         received = sum((stage > 0) + (stage < layout.pp * layout.virtual_stages - 1) for stage in stages)
