@@ -67,7 +67,8 @@ from jitflops.estimates.devices import DeviceSpec, device_spec  # noqa: E402
 from jitflops.estimates.generation_time import predict_generation  # noqa: E402
 from jitflops.estimates.roofline import PredictedTimeAnalysis  # noqa: E402
 from jitflops.estimates.training_step_time import predict_training_step  # noqa: E402
-from jitflops.examples import ZOO, llama_config  # noqa: E402
+from jitflops.examples import ZOO, Example, llama_config  # noqa: E402
+from jitflops.examples import _config, _ids, _image, _positional, _transformers_example  # noqa: E402  (the zoo's own builders)
 
 MODELS = [name for name, example in ZOO.items() if "zoo" in example.tags]
 TRANSFORMERS = ["bert-base", "gpt2", "t5-small", "llama-gqa"]
@@ -78,49 +79,45 @@ the others were not looked at before they were measured (the held-out half)."""
 COVERED = 0.8
 
 
-def _ids(tokens: int) -> torch.Tensor:
-    return torch.randint(0, 1000, (1, tokens), generator=torch.Generator().manual_seed(0))
+def _whisper_encoder() -> torch.nn.Module:
+    import transformers
+
+    return transformers.WhisperModel(transformers.WhisperConfig()).encoder
 
 
-def _image(size: int = 224) -> torch.Tensor:
-    return torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+def _text(tokens: int) -> Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]:
+    return _positional(lambda: _ids(tokens))
 
 
-def _outside(model_class: str, config_class: str, inputs: Callable[[], torch.Tensor], part: str = "", **settings: Any) -> Callable[[], tuple[torch.nn.Module, tuple, dict]]:
-    def build() -> tuple[torch.nn.Module, tuple, dict]:
-        import transformers
+_IMAGE, _IMAGE_256 = _positional(_image), _positional(lambda: _image(256))
 
-        torch.manual_seed(0)
-        model = getattr(transformers, model_class)(getattr(transformers, config_class)(**settings))
-        return (getattr(model, part) if part else model).eval(), (inputs(),), {}
-    return build
-
-
-OUTSIDE: dict[str, Callable[[], tuple[torch.nn.Module, tuple, dict]]] = {
-    "distilbert": _outside("DistilBertModel", "DistilBertConfig", lambda: _ids(128)),
-    "roberta-base": _outside("RobertaModel", "RobertaConfig", lambda: _ids(128)),
-    "albert-base": _outside("AlbertModel", "AlbertConfig", lambda: _ids(128), hidden_size=768, num_attention_heads=12, intermediate_size=3072),
-    "electra-small": _outside("ElectraModel", "ElectraConfig", lambda: _ids(256)),
-    "opt-125m": _outside("OPTModel", "OPTConfig", lambda: _ids(256)),
-    "gpt-neox-6l": _outside("GPTNeoXModel", "GPTNeoXConfig", lambda: _ids(256), hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048),
-    "qwen2-4l": _outside("Qwen2Model", "Qwen2Config", lambda: _ids(256), hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
-                         num_key_value_heads=2, vocab_size=2000),
-    "deit-s": _outside("DeiTModel", "DeiTConfig", _image, hidden_size=384, num_attention_heads=6, intermediate_size=1536),
-    "beit-b": _outside("BeitModel", "BeitConfig", _image),
-    "dinov2-s": _outside("Dinov2Model", "Dinov2Config", _image, hidden_size=384, num_attention_heads=6),
-    "clip-vit-b32": _outside("CLIPVisionModel", "CLIPVisionConfig", _image),
-    "convnextv2-t": _outside("ConvNextV2Model", "ConvNextV2Config", _image),
-    "swinv2-t": _outside("Swinv2Model", "Swinv2Config", lambda: _image(256)),
-    "regnet": _outside("RegNetModel", "RegNetConfig", _image),
-    "efficientnet-b0": _outside("EfficientNetModel", "EfficientNetConfig", _image),
-    "mobilevit-s": _outside("MobileViTModel", "MobileViTConfig", lambda: _image(256)),
-    "segformer-b0": _outside("SegformerModel", "SegformerConfig", _image),
-    "levit-128s": _outside("LevitModel", "LevitConfig", _image),
-    "poolformer-s12": _outside("PoolFormerModel", "PoolFormerConfig", _image),
-    "resnet-18": _outside("ResNetModel", "ResNetConfig", _image, layer_type="basic", depths=[2, 2, 2, 2], hidden_sizes=[64, 128, 256, 512]),
-    "whisper-encoder": _outside("WhisperModel", "WhisperConfig", lambda: torch.randn(1, 80, 3000, generator=torch.Generator().manual_seed(0)), "encoder"),
-    "wav2vec2-base": _outside("Wav2Vec2Model", "Wav2Vec2Config", lambda: torch.randn(1, 16000, generator=torch.Generator().manual_seed(0))),
-}
+OUTSIDE: dict[str, Example] = {example.name: example for example in (
+    _transformers_example("distilbert", "DistilBertModel", _config("DistilBertConfig"), _text(128), "", "outside"),
+    _transformers_example("roberta-base", "RobertaModel", _config("RobertaConfig"), _text(128), "", "outside"),
+    _transformers_example("albert-base", "AlbertModel", _config("AlbertConfig", hidden_size=768, num_attention_heads=12, intermediate_size=3072), _text(128), "", "outside"),
+    _transformers_example("electra-small", "ElectraModel", _config("ElectraConfig"), _text(256), "", "outside"),
+    _transformers_example("opt-125m", "OPTModel", _config("OPTConfig"), _text(256), "", "outside"),
+    _transformers_example("gpt-neox-6l", "GPTNeoXModel", _config("GPTNeoXConfig", hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048),
+                          _text(256), "", "outside"),
+    _transformers_example("qwen2-4l", "Qwen2Model", _config("Qwen2Config", hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
+                                                             num_key_value_heads=2, vocab_size=2000), _text(256), "", "outside"),
+    _transformers_example("deit-s", "DeiTModel", _config("DeiTConfig", hidden_size=384, num_attention_heads=6, intermediate_size=1536), _IMAGE, "", "outside"),
+    _transformers_example("beit-b", "BeitModel", _config("BeitConfig"), _IMAGE, "", "outside"),
+    _transformers_example("dinov2-s", "Dinov2Model", _config("Dinov2Config", hidden_size=384, num_attention_heads=6), _IMAGE, "", "outside"),
+    _transformers_example("clip-vit-b32", "CLIPVisionModel", _config("CLIPVisionConfig"), _IMAGE, "", "outside"),
+    _transformers_example("convnextv2-t", "ConvNextV2Model", _config("ConvNextV2Config"), _IMAGE, "", "outside"),
+    _transformers_example("swinv2-t", "Swinv2Model", _config("Swinv2Config"), _IMAGE_256, "", "outside"),
+    _transformers_example("regnet", "RegNetModel", _config("RegNetConfig"), _IMAGE, "", "outside"),
+    _transformers_example("efficientnet-b0", "EfficientNetModel", _config("EfficientNetConfig"), _IMAGE, "", "outside"),
+    _transformers_example("mobilevit-s", "MobileViTModel", _config("MobileViTConfig"), _IMAGE_256, "", "outside"),
+    _transformers_example("segformer-b0", "SegformerModel", _config("SegformerConfig"), _IMAGE, "", "outside"),
+    _transformers_example("levit-128s", "LevitModel", _config("LevitConfig"), _IMAGE, "", "outside"),
+    _transformers_example("poolformer-s12", "PoolFormerModel", _config("PoolFormerConfig"), _IMAGE, "", "outside"),
+    _transformers_example("resnet-18", "ResNetModel", _config("ResNetConfig", layer_type="basic", depths=[2, 2, 2, 2], hidden_sizes=[64, 128, 256, 512]), _IMAGE, "",
+                          "outside"),
+    Example("whisper-encoder", _whisper_encoder, _positional(lambda: torch.randn(1, 80, 3000)), "", frozenset({"transformers", "outside"})),
+    _transformers_example("wav2vec2-base", "Wav2Vec2Model", _config("Wav2Vec2Config"), _positional(lambda: torch.randn(1, 16000)), "", "outside"),
+)}
 """Models outside the zoo, never looked at while the cost model was built (``--outside``): each
 transformers class's config defaults where a forward takes well under a second on 2 cores, else the
 stated smaller shape; one sequence of 128 or 256 tokens, one 224 x 224 image (256 where the model
@@ -128,7 +125,7 @@ expects it), 30 s of Whisper's log-mel frames, 1 s of 16 kHz audio."""
 
 
 def instantiate(name: str) -> tuple[torch.nn.Module, tuple, dict]:
-    return OUTSIDE[name]() if name in OUTSIDE else ZOO[name].instantiate("cpu")
+    return {**ZOO, **OUTSIDE}[name].instantiate("cpu")
 PROMPT, NEW_TOKENS = 128, 32
 
 

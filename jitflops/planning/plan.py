@@ -514,8 +514,8 @@ class Planner:
         # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy), and one
         # boundary more at its peak, the gradient its backward starts from (without it torch's first stage is 0.5% short of MemTracker)
         boundaries = (in_flight + 1) * boundary if rank < layout.pp - 1 else 0
-        stages = range(rank, layout.pp * layout.virtual_stages, layout.pp)  # the rank's chunks' stages (interleaved: one per round)
-        received = sum((stage > 0) + (stage < layout.pp * layout.virtual_stages - 1) for stage in stages)
+        last = layout.pp * layout.virtual_stages - 1
+        received = sum((stage > 0) + (stage < last) for stage in range(rank, last + 1, layout.pp))  # over the rank's chunks' stages (interleaved: one a round)
         return StageMemory(int(weights), int(copies * gradients), int(state), received * micro_batches * boundary, int(peak + (in_flight - 1) * each + boundaries))
 
 
