@@ -462,13 +462,13 @@ def receive_buffers(stage: Any) -> list[torch.Tensor]:
     return [info.buffer for info in infos if isinstance(getattr(info, "buffer", None), torch.Tensor)]
 
 
-def planned_pipeline(rank: int, world: int) -> dict[str, Any]:
-    """The small GPT's training step cut into ``world`` stages under 1F1B (4 micro-batches of 2
+def planned_pipeline(rank: int, world: int, micro_batches: int = 4) -> dict[str, Any]:
+    """The small GPT's training step cut into ``world`` stages under 1F1B (``micro_batches`` of 2
     sequences): each rank's sends and receives, and MemTracker's peak of its stage's step with AdamW
     (the least of 2 steady steps: gloo's thread may hold a buffer a little longer), the buffers the
     stage receives into taken in (made at the first step: MemTracker would see each only once the
     step writes it)."""
-    stage_module, pipelined, stage = pipelined_gpt(rank, world, 2, 4)
+    stage_module, pipelined, stage = pipelined_gpt(rank, world, 2, micro_batches)
     optimizer = torch.optim.AdamW(stage_module.parameters())
 
     def step() -> None:
@@ -483,6 +483,12 @@ def planned_pipeline(rank: int, world: int) -> dict[str, Any]:
     return {"collectives": {key: [t.calls, t.bytes] for key, t in log.by_collective().items()}, "peak": peak}
 
 
+def planned_pipeline_peaks(rank: int, world: int) -> dict[str, Any]:
+    """MemTracker's peak of the rank's stage (:func:`planned_pipeline`) at as many micro-batches as
+    stages (the first backward the only one with all in flight) and at twice as many."""
+    return {str(micro_batches): planned_pipeline(rank, world, micro_batches)["peak"] for micro_batches in (world, 2 * world)}
+
+
 CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "transformers_expert_parallel": transformers_expert_parallel,
     "tensor_parallel": tensor_parallel,
@@ -493,6 +499,7 @@ CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "read_on_rank_0": read_on_rank_0,
     "planned_layouts": planned_layouts,
     "planned_pipeline": planned_pipeline,
+    "planned_pipeline_peaks": planned_pipeline_peaks,
 }
 
 

@@ -446,6 +446,20 @@ def test_a_pipelines_sends_and_memory_are_what_torchs_1f1b_runs_on_gloo_ranks(tm
     assert plan.memory_per_gpu_bytes == first
 
 
+def test_each_of_four_pipeline_stages_holds_what_torchs_1f1b_holds_on_gloo_ranks(tmp_path):
+    """The small GPT cut into 4 stages of one block on 4 gloo processes under torch's 1F1B, at 4 and 8
+    micro-batches (``sharded_cases.planned_pipeline_peaks``): each stage's plan against MemTracker.
+    A stage's first block saves the hidden states it receives in torch's receive buffer, which the
+    plan counts once; at 4 micro-batches the first stage's peak is its first backward, with all 4
+    in flight and no accumulated gradients yet, a later one with 3 in flight and the gradients.
+    Before 2026-11-29 (4 micro-batches): +13.2%, +2.6%, +1.0%, -0.03%; at 8: -0.04%, +1.6%, +0.9%, -0.06%."""
+    ranks = spawn("planned_pipeline_peaks", 4, tmp_path)
+    for micro_batches, within in ((4, (0.01, 0.01, 0.001, 0.001)), (8, (0.001,) * 4)):  # at 4: +0.76%, +0.88%, -0.004%, -0.03%
+        plan = plan_training(small_gpt("meta"), 128, 2 * micro_batches, "h100", 4, pp=4, dp=1, zero=0, micro_batch=2)
+        for stage, (planned, rank, rel) in enumerate(zip(plan.memory_per_stage_bytes, ranks, within)):
+            assert planned == pytest.approx(rank[str(micro_batches)], rel=rel), (micro_batches, stage)
+
+
 def test_the_search_plans_every_layout_that_divides_best_first():
     planner = Planner(_gpt(layers=4, heads=8), 256, 32, "h100", "dgx-h100")
     layouts, rejected = candidate_layouts(planner, 8)

@@ -482,7 +482,13 @@ class Planner:
         interleaved: a chunk's worth more per round), and on a stage before the last, the outputs
         it sent until their backward and the gradient it receives, beside the buffers torch's
         pipelining receives into (one per micro-batch and direction: 1.5% of the first stage's
-        peak on 2 gloo ranks, which ``MemTracker`` sees once the step writes them). The gradients
+        peak on 2 gloo ranks, which ``MemTracker`` sees once the step writes them). A stage's
+        blocks save the activations they receive where they arrive, in those buffers: a micro-batch
+        in flight keeps its received input no second time. Under 1F1B the first backward is the
+        only one with every micro-batch in flight when there are no more micro-batches than that
+        (``m <= p - rank``), and the gradients accumulated over micro-batches are not yet made
+        then: the peak is the larger of that backward's and the later ones' (13% of the first of
+        4 gloo stages with 4 micro-batches). The gradients
         are the step's to free as its backward makes them (FSDP2's sharded ones too), unless they are kept all the step:
         data parallelism's buffer holds a copy (torch DDP's buckets, beside the parameters' own
         gradients; a distributed optimizer's, into which the backward adds them), and after a first
@@ -494,9 +500,6 @@ class Planner:
         gradients = _sharded(layout, part.gradient_bytes, part.expert_gradient_bytes, layout.zero >= 2)
         state = _sharded(layout, part.state_bytes, part.expert_state_bytes, layout.zero >= 1)
         buffered = layout.dp * layout.cp > 1 and layout.zero < 3
-        accumulating = micro_batches > 1
-        copies = buffered + (accumulating and not (buffered and layout.zero > 0))  # kept copies of the gradients
-        added = accumulating or (buffered and layout.zero > 0)  # each gradient made is added into a kept one
         full = layout.recompute == "full"
         copied = self.recordings.step_memory(layout.tp, layout.micro_batch, sequence, layout.zero == 3 and layout.dp * layout.cp > 1, full)
 
@@ -505,18 +508,33 @@ class Planner:
         split = layout.sequence_parallel and layout.tp > 1 and not full
         scales = self.recordings.sequence_split(layout.tp, layout.micro_batch, sequence) if split else [1.0] * len(costs.blocks)
         outside = {name for name, held in (("embeddings", rank == 0), ("head", rank == layout.pp - 1)) if held}
-        peak = extrapolated_peak(copied, counts, scales, [share(block) for block in costs.blocks], share(costs.outside_of(rank, layout.pp)), outside, added)
+        last = layout.pp * layout.virtual_stages - 1
+        stages = range(rank, last + 1, layout.pp)  # the rank's chunks' stages (interleaved: one a round)
         in_flight = min(micro_batches, layout.pp - rank + (layout.pp - 1) * (layout.virtual_stages - 1) // layout.virtual_stages)
         boundary = _boundary_bytes(self.model, layout.micro_batch, sequence, layout)
         each = sum(counts.values()) * boundary if full else part.activation_bytes
         outputs = copied.per_block("outputs")  # a returned cache's keys and values: a micro-batch keeps them as long as its activations
         each += sum(count * outputs[copied.middle_block(kind)] for kind, count in counts.items())
-        # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy), and one
-        # boundary more at its peak, the gradient its backward starts from (without it torch's first stage is 0.5% short of MemTracker)
-        boundaries = (in_flight + 1) * boundary if rank < layout.pp - 1 else 0
-        last = layout.pp * layout.virtual_stages - 1
-        received = sum((stage > 0) + (stage < last) for stage in range(rank, last + 1, layout.pp))  # over the rank's chunks' stages (interleaved: one a round)
-        return StageMemory(int(weights), int(copies * gradients), int(state), received * micro_batches * boundary, int(peak + (in_flight - 1) * each + boundaries))
+        each -= sum(stage > 0 for stage in stages) * boundary  # the input a chunk's first block saved (the copy's previous block made it) is its receive buffer
+
+        def at_backward(kept_in_flight: int, accumulated: bool) -> tuple[int, int]:
+            """(the gradients kept, the step's peak) at a backward with ``kept_in_flight`` micro-batches
+            in flight, after the first micro-batch (``accumulated``) or at it."""
+            copies = buffered + (accumulated and not (buffered and layout.zero > 0))  # kept copies of the gradients
+            added = accumulated or (buffered and layout.zero > 0)  # each gradient made is added into a kept one
+            peak = extrapolated_peak(copied, counts, scales, [share(block) for block in costs.blocks], share(costs.outside_of(rank, layout.pp)), outside, added)
+            # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy), and at
+            # a later backward one boundary more, the gradient it starts from (without it torch's first stage is 0.5% short of
+            # MemTracker); at the first, none more (the first of 4 gloo stages at 4 micro-batches +0.8% of MemTracker, of 2 at 2 +0.07%)
+            boundaries = (kept_in_flight + accumulated) * boundary if rank < layout.pp - 1 else 0
+            return int(copies * gradients), int(peak + (kept_in_flight - 1) * each + boundaries)
+        later = min(in_flight, micro_batches - 1) if layout.virtual_stages == 1 else in_flight  # 1F1B forwards one more after each backward while any is left
+        moments = [at_backward(later, True)] if micro_batches > 1 else []
+        if later < in_flight or not moments:
+            moments.append(at_backward(in_flight, False))
+        kept, peak = max(moments, key=sum)
+        received = sum((stage > 0) + (stage < last) for stage in stages)
+        return StageMemory(int(weights), kept, int(state), received * micro_batches * boundary, peak)
 
 
 def expert_count(model: nn.Module) -> Optional[int]:
