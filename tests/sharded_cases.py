@@ -418,57 +418,71 @@ class GPTStage(nn.Module):
         return self.gpt.lm_head(hidden) if self.last else hidden
 
 
-def pipelined_gpt(rank: int, world: int, micro_batch: int, micro_batches: int, replicas: int = 1) -> tuple[nn.Module, Callable[[], None], Any]:
-    """The small GPT cut into ``world / replicas`` pipeline stages under torch's 1F1B schedule over
-    ``micro_batches`` micro-batches of ``micro_batch`` sequences of 128 tokens, the loss the model's
-    own; each stage held by ``replicas`` data-parallel ranks under DDP (a stage's ranks adjacent:
-    data parallelism inside the pipeline, Megatron's order), each replica on its own batch. The
-    rank's stage, a training step's pipelined forward and backward, and torch's ``PipelineStage``."""
+def pipelined_gpt(rank: int, world: int, micro_batch: int, micro_batches: int, replicas: int = 1,
+                  virtual_stages: int = 1) -> tuple[nn.Module, Callable[[], None], list[Any]]:
+    """The small GPT cut into ``world / replicas * virtual_stages`` pipeline stages under torch's
+    1F1B schedule (its interleaved 1F1B where ``virtual_stages > 1``, the rank holding stages
+    ``rank``, ``rank + world``, ...) over ``micro_batches`` micro-batches of ``micro_batch``
+    sequences of 128 tokens, the loss the model's own; each stage held by ``replicas``
+    data-parallel ranks under DDP (a stage's ranks adjacent: data parallelism inside the pipeline,
+    Megatron's order), each replica on its own batch. The rank's stage (a ``ModuleList`` of its
+    stages when interleaved), a training step's pipelined forward and backward, and torch's
+    ``PipelineStage`` of each of its stages."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
 
-    stages = world // replicas
+    ranks = world // replicas
+    stages = ranks * virtual_stages
     index, replica = divmod(rank, replicas)
-    model = small_gpt()
-    loss_function = model.loss_function
-    stage_module = GPTStage(model, index, stages)
-    runner, group = stage_module, None
+    group = None
     if replicas > 1:
-        mesh = init_device_mesh("cpu", (stages, replicas), mesh_dim_names=("pp", "dp"))
-        runner, group = nn.parallel.DistributedDataParallel(stage_module, process_group=mesh["dp"].get_group()), mesh["pp"].get_group()
+        mesh = init_device_mesh("cpu", (ranks, replicas), mesh_dim_names=("pp", "dp"))
+        group = mesh["pp"].get_group()
     ids = torch.randint(0, 1024, (micro_batch * micro_batches, 128), generator=torch.Generator().manual_seed(replica))
     hidden = torch.zeros(micro_batch, 128, 256)
-    inputs = ids[:micro_batch] if index == 0 else hidden
-    outputs = torch.zeros(micro_batch, 128, 1024) if index == stages - 1 else hidden
-    shapes = {"input_args": (inputs,), "output_args": (outputs,), "output_grads": (outputs,), "input_grads": (inputs,), "group": group}
     accepted = inspect.signature(PipelineStage).parameters  # torch 2.11's stage takes no gradients' shapes
-    stage = PipelineStage(runner, index, stages, torch.device("cpu"), **{name: shape for name, shape in shapes.items() if name in accepted})
-    schedule = Schedule1F1B(stage, n_microbatches=micro_batches, loss_fn=lambda logits, labels: loss_function(logits, labels, vocab_size=1024))
+    modules, pipeline = [], []
+    for held in range(index, stages, ranks):
+        model = small_gpt()
+        loss_function = model.loss_function
+        stage_module = GPTStage(model, held, stages)
+        runner = stage_module
+        if replicas > 1:
+            runner = nn.parallel.DistributedDataParallel(stage_module, process_group=mesh["dp"].get_group())
+        inputs = ids[:micro_batch] if held == 0 else hidden
+        outputs = torch.zeros(micro_batch, 128, 1024) if held == stages - 1 else hidden
+        shapes = {"input_args": (inputs,), "output_args": (outputs,), "output_grads": (outputs,), "input_grads": (inputs,), "group": group}
+        modules.append(stage_module)
+        pipeline.append(PipelineStage(runner, held, stages, torch.device("cpu"), **{name: shape for name, shape in shapes.items() if name in accepted}))
+
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return loss_function(logits, labels, vocab_size=1024)
+    schedule = Schedule1F1B(pipeline[0], micro_batches, loss) if virtual_stages == 1 else ScheduleInterleaved1F1B(pipeline, micro_batches, loss)
 
     def step() -> None:  # as a training loop runs it: the last stage's logits not kept for the caller
         if index == 0:
             schedule.step(ids, return_outputs=False)
-        elif index == stages - 1:
+        elif index == ranks - 1:
             schedule.step(target=ids, return_outputs=False)
         else:
             schedule.step(return_outputs=False)
-    return stage_module, step, stage
+    return (modules[0] if virtual_stages == 1 else nn.ModuleList(modules)), step, pipeline
 
 
-def receive_buffers(stage: Any) -> list[torch.Tensor]:
-    """The buffers a ``PipelineStage`` receives into (made at its first step, kept for every step):
-    one per micro-batch for the activations it receives and one for the gradients."""
-    infos = [info for chunk in (*stage.args_recv_info.values(), *stage.grad_recv_info.values()) for info in chunk]
+def receive_buffers(*stages: Any) -> list[torch.Tensor]:
+    """The buffers ``PipelineStage``s receive into (made at their first step, kept for every step):
+    one per micro-batch for the activations each receives and one for the gradients."""
+    infos = [info for stage in stages for chunk in (*stage.args_recv_info.values(), *stage.grad_recv_info.values()) for info in chunk]
     return [info.buffer for info in infos if isinstance(getattr(info, "buffer", None), torch.Tensor)]
 
 
-def planned_pipeline(rank: int, world: int, micro_batches: int = 4) -> dict[str, Any]:
+def planned_pipeline(rank: int, world: int, micro_batches: int = 4, virtual_stages: int = 1) -> dict[str, Any]:
     """The small GPT's training step cut into ``world`` stages under 1F1B (``micro_batches`` of 2
-    sequences): each rank's sends and receives, and MemTracker's peak of its stage's step with AdamW
-    (the least of 2 steady steps: gloo's thread may hold a buffer a little longer), the buffers the
-    stage receives into taken in (made at the first step: MemTracker would see each only once the
-    step writes it)."""
-    stage_module, pipelined, stage = pipelined_gpt(rank, world, 2, micro_batches)
+    sequences; interleaved over ``virtual_stages`` a rank): each rank's sends and receives, and
+    MemTracker's peak of its stages' step with AdamW (the least of 2 steady steps: gloo's thread may
+    hold a buffer a little longer), the buffers the stages receive into taken in (made at the
+    first step: MemTracker would see each only once the step writes it)."""
+    stage_module, pipelined, stages = pipelined_gpt(rank, world, 2, micro_batches, virtual_stages=virtual_stages)
     optimizer = torch.optim.AdamW(stage_module.parameters())
 
     def step() -> None:
@@ -478,7 +492,7 @@ def planned_pipeline(rank: int, world: int, micro_batches: int = 4) -> dict[str,
     step()
     with record_collectives() as log:
         step()
-    peak = min(memtracker_peak(step, stage_module, optimizer, *receive_buffers(stage), per_module=False) for _ in range(2))
+    peak = min(memtracker_peak(step, stage_module, optimizer, *receive_buffers(*stages), per_module=False) for _ in range(2))
     dist.barrier()  # the last sends complete before the process group goes
     return {"collectives": {key: [t.calls, t.bytes] for key, t in log.by_collective().items()}, "peak": peak}
 
@@ -487,6 +501,12 @@ def planned_pipeline_peaks(rank: int, world: int) -> dict[str, Any]:
     """MemTracker's peak of the rank's stage (:func:`planned_pipeline`) at as many micro-batches as
     stages (the first backward the only one with all in flight) and at twice as many."""
     return {str(micro_batches): planned_pipeline(rank, world, micro_batches)["peak"] for micro_batches in (world, 2 * world)}
+
+
+def planned_interleaved_peaks(rank: int, world: int) -> dict[str, Any]:
+    """MemTracker's peak of the rank's 2 stages under torch's interleaved 1F1B
+    (:func:`planned_pipeline`) at twice and four times as many micro-batches as ranks."""
+    return {str(micro_batches): planned_pipeline(rank, world, micro_batches, virtual_stages=2)["peak"] for micro_batches in (2 * world, 4 * world)}
 
 
 CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
@@ -500,6 +520,7 @@ CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "planned_layouts": planned_layouts,
     "planned_pipeline": planned_pipeline,
     "planned_pipeline_peaks": planned_pipeline_peaks,
+    "planned_interleaved_peaks": planned_interleaved_peaks,
 }
 
 

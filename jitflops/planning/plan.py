@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -48,7 +48,8 @@ from .collective_time import Placement, collective_seconds
 from .interconnects import Interconnect, interconnect
 from .layout import Layout, LayoutError
 from .stages import NOTHING, ModelCosts, ModelRecordings, PartCosts
-from .step_peak import extrapolated_peak
+from .pipeline_order import interleaved_actions
+from .step_peak import CopiedStep, extrapolated_peak
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,7 @@ class Planner:
         if costs.layers % chunks:
             raise LayoutError(f"{costs.layers} layers do not divide into {layout.pp} stages x {layout.virtual_stages} chunks")
         ranges = _split(costs.layers, chunks)
-        per_rank = [costs.stage(*ranges[rank], layout.pp, rank) for rank in range(layout.pp)]
+        per_rank = [costs.stage(*ranges[rank], chunks, rank) for rank in range(layout.pp)]
         for chunk in range(1, layout.virtual_stages):  # an interleaved rank holds a chunk of each round
             per_rank = [per_rank[rank] + costs.stage(*ranges[chunk * layout.pp + rank], chunks, chunk * layout.pp + rank) for rank in range(layout.pp)]
         gpn = self.link.gpus_per_node
@@ -479,7 +480,7 @@ class Planner:
         1/ep of them), the step's peak of the rest, lifted from the recorded step of a copy with three
         blocks of each kind to the stage's ``counts`` of them (:mod:`.step_peak`), and the
         activations of the micro-batches 1F1B keeps in flight beyond the one stepping (``p - rank``;
-        interleaved: a chunk's worth more per round), and on a stage before the last, the outputs
+        interleaved: walked in torch's order, :meth:`_interleaved_peak`), and on a stage before the last, the outputs
         it sent until their backward and the gradient it receives, beside the buffers torch's
         pipelining receives into (one per micro-batch and direction: 1.5% of the first stage's
         peak on 2 gloo ranks, which ``MemTracker`` sees once the step writes them). A stage's
@@ -528,13 +529,57 @@ class Planner:
             # MemTracker); at the first, none more (the first of 4 gloo stages at 4 micro-batches +0.8% of MemTracker, of 2 at 2 +0.07%)
             boundaries = (kept_in_flight + accumulated) * boundary if rank < layout.pp - 1 else 0
             return int(copies * gradients), int(peak + (kept_in_flight - 1) * each + boundaries)
-        later = min(in_flight, micro_batches - 1) if layout.virtual_stages == 1 else in_flight  # 1F1B forwards one more after each backward while any is left
-        moments = [at_backward(later, True)] if micro_batches > 1 else []
-        if later < in_flight or not moments:
-            moments.append(at_backward(in_flight, False))
-        kept, peak = max(moments, key=sum)
+        if layout.virtual_stages > 1:
+            kept, peak = self._interleaved_peak(layout, rank, micro_batches, costs, copied, scales, share, buffered, boundary, full)
+        else:
+            later = min(in_flight, micro_batches - 1)  # 1F1B forwards one more after each backward while any is left
+            moments = [at_backward(later, True)] if micro_batches > 1 else []
+            if later < in_flight or not moments:
+                moments.append(at_backward(in_flight, False))
+            kept, peak = max(moments, key=sum)
         received = sum((stage > 0) + (stage < last) for stage in stages)
         return StageMemory(int(weights), kept, int(state), received * micro_batches * boundary, peak)
+
+
+    def _interleaved_peak(self, layout: Layout, rank: int, micro_batches: int, costs: ModelCosts, copied: CopiedStep, scales: Sequence[float],
+                          share: Callable[[PartCosts], float], buffered: bool, boundary: int, full: bool) -> tuple[int, int]:
+        """(the gradients kept, the step's peak) of an interleaved rank, at the worst of its backwards
+        in torch's order (:func:`.pipeline_order.interleaved_actions`): the stepping chunk's own
+        peak (:func:`.step_peak.extrapolated_peak` of its blocks), the activations of every other
+        (chunk, micro-batch) in flight, and what it sent so far. torch's interleaved schedule is a
+        runtime schedule that waits for its sends at the step's end, and a send's work holds its
+        tensor until then: every output a chunk sent and every input gradient it sent back stay.
+        A chunk's gradients are kept from its first backward (made then, as in one micro-batch)."""
+        chunks = layout.pp * layout.virtual_stages
+        ranges = _split(costs.layers, chunks)
+        stages = range(rank, chunks, layout.pp)
+        accumulating = micro_batches > 1 and not (buffered and layout.zero > 0)  # the parameters' own gradients kept beside a buffer's
+        activations, peaks, gradients = {}, {}, {}
+        for stage in stages:
+            start, end = ranges[stage]
+            counts = Counter(costs.block_order[start:end])
+            part = costs.stage(start, end, chunks, stage)
+            outputs = copied.per_block("outputs")
+            activations[stage] = ((end - start) * boundary if full else part.activation_bytes) - (stage > 0) * boundary + sum(
+                count * outputs[copied.middle_block(kind)] for kind, count in counts.items())
+            outside = {name for name, held in (("embeddings", stage == 0), ("head", stage == chunks - 1)) if held}
+            peaks[stage] = {added: extrapolated_peak(copied, counts, scales, [share(block) for block in costs.blocks], share(costs.outside_of(stage, chunks)), outside, added)
+                            for added in (True, buffered and layout.zero > 0)}
+            gradients[stage] = share(part)
+        held: dict[tuple[int, int], float] = {}
+        sent, made, worst = 0, set(), (0.0, 0.0)
+        for action in interleaved_actions(layout.pp, layout.virtual_stages, micro_batches, rank):
+            key = (action.stage, action.micro_batch)
+            if not action.backward:
+                held[key] = activations[action.stage]
+                sent += action.stage < chunks - 1
+                continue
+            kept = buffered * sum(gradients.values()) + accumulating * sum(gradients[stage] for stage in made)
+            step = peaks[action.stage][action.stage in made or buffered and layout.zero > 0] + sum(held.values()) - held.pop(key) + sent * boundary
+            worst = max(worst, (kept, step), key=sum)
+            sent += action.stage > 0
+            made.add(action.stage)
+        return int(worst[0]), int(worst[1])
 
 
 def expert_count(model: nn.Module) -> Optional[int]:
