@@ -438,6 +438,22 @@ def test_tensor_parallel_and_fsdp2_by_tensor_parallel_shard_per_rank_by_hand_and
         memory_footprint(transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100)), ids[:, :8], tensor_parallel=2)
 
 
+def test_a_tensor_parallel_models_step_on_a_gpu_takes_the_optimizer_torch_can_run():
+    """A tensor-parallel Llama's norms stay plain tensors beside its DTensor weights. torch's default
+    on a GPU is the multi-tensor AdamW, whose first op DTensor refuses over such a list (here with
+    ``foreach=True`` forced, the estimate's fake step raises as a real one does); the estimate on a
+    GPU steps such a model with the for-loop AdamW, as a run that trains it must (it raised before
+    2026-11-29, on the Llama-3-8B at tensor parallelism 8 too)."""
+    model = _llama()
+    ids = torch.randint(0, 1000, (2, 64))
+    inputs = {"input_ids": ids, "labels": ids}
+    with pytest.raises(TraceError, match="mixed torch.Tensor and DTensor"):
+        memory_footprint(model, inputs, train=lambda params: torch.optim.AdamW(params, foreach=True), tensor_parallel=2, device="h100")
+    on_gpu = memory_footprint(model, inputs, train="adamw", tensor_parallel=2, device="h100")
+    for_loop = memory_footprint(model, inputs, train=lambda params: torch.optim.AdamW(params, foreach=False), tensor_parallel=2, device="h100")
+    assert on_gpu.peak == for_loop.peak and on_gpu.settings["tensor_parallel"] == 2
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -122,7 +122,9 @@ def memory_footprint(
       torchtitan does); the inputs are the rank's data-parallel batch.
     - ``device``: the device the step would run on (a name of the device table or a spec): a GPU
       rounds allocations as the CUDA caching allocator does and steps torch's optimizers with their
-      multi-tensor (``foreach``) implementation, as torch does by default there. A model on a GPU
+      multi-tensor (``foreach``) implementation, as torch does by default there (the for-loop
+      one where the parameters mix DTensors and plain tensors: torch's foreach step raises on
+      those, :func:`~jitflops.estimates.optimizers.mixes_dtensors`). A model on a GPU
       of this machine is estimated as on that GPU, with CUDA's kernels, whatever ``device`` says.
     - ``kv_cache_length``: with inference, the generation length the KV cache is grown to (its
       bytes per token are read from the output's ``past_key_values``).

@@ -15,6 +15,8 @@ from typing import Any, Callable, Iterable, Union
 
 import torch
 
+from ..core.process_groups import is_dtensor
+
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 OptimizerChoice = Union[str, type, OptimizerFactory]
 
@@ -63,6 +65,15 @@ KNOWN_OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
 _TAKES_FOREACH = ("sgd", "sgd-momentum", "adam", "adamw", "adafactor")
 
 
+def mixes_dtensors(params: Iterable[torch.Tensor]) -> bool:
+    """Whether ``params`` mix DTensors and plain tensors, as a tensor-parallel model's do where its
+    plan leaves the norms whole. DTensor refuses a multi-tensor (``foreach``) op over such a list,
+    and torch's default on a GPU picks that implementation all the same: the first step raises
+    ("got mixed torch.Tensor and DTensor"), and such a run steps with ``foreach=False``."""
+    kinds = {is_dtensor(p) for p in params}
+    return len(kinds) > 1
+
+
 class UnknownOptimizerError(ValueError):
     """An optimizer name that is not in :data:`KNOWN_OPTIMIZERS`."""
 
@@ -77,8 +88,11 @@ def optimizer_factory(choice: OptimizerChoice, foreach: bool = False) -> Optimiz
         if name not in KNOWN_OPTIMIZERS:
             raise UnknownOptimizerError(f"unknown optimizer {choice!r}; known: {', '.join(KNOWN_OPTIMIZERS)} (or an Optimizer class, or a function of the parameters)")
         build = KNOWN_OPTIMIZERS[name]
-        options = {"foreach": foreach} if name in _TAKES_FOREACH else {}
-        return lambda params: build(params, **options)
+
+        def named(params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
+            params = list(params)
+            return build(params, **({"foreach": foreach and not mixes_dtensors(params)} if name in _TAKES_FOREACH else {}))
+        return named
     if isinstance(choice, type) and issubclass(choice, torch.optim.Optimizer):
         return lambda params: choice(params)
     if callable(choice):
