@@ -10,7 +10,8 @@ For each world size (2 and 4 processes on the loopback):
    sequence) trains for real in each layout: DDP, FSDP2 (each block, then the root), tensor
    parallelism by the model's own plan, FSDP2 by tensor parallelism on a 2-D mesh (4 ranks), and
    a pipeline of 2 stages (``sharded_cases.pipelined_gpt``: torch's 1F1B schedule over 4
-   micro-batches of 2 sequences; on 4 ranks each stage held by 2 DDP ranks). A step is a forward with the loss, its backward, AdamW's step
+   micro-batches of 2 sequences; on 4 ranks each stage held by 2 DDP ranks), and the same
+   pipeline interleaved (torch's interleaved 1F1B, 2 stages of one block on each pipeline rank). A step is a forward with the loss, its backward, AdamW's step
    and zeroing the gradients, on a micro-batch of 4 sequences per data-parallel replica (the
    pipeline: its 4 micro-batches); every rank waits at a barrier before each
    step, and a step's time is its slowest rank's. The median of the timed steps, after 2 warm-ups; the layouts take their steps in turn.
@@ -54,12 +55,13 @@ from jitflops.planning.plan import plan_training  # noqa: E402
 
 SEQUENCE = 128
 MICRO_BATCH = 4
-LAYOUTS = {  # name: (tp, pp, zero); dp is the rest of the world; None: the whole world
-    "ddp": (1, 1, 0),
-    "fsdp2": (1, 1, 3),
-    "tensor_parallel": (None, 1, 1),
-    "fsdp2_by_tensor_parallel": (2, 1, 3),
-    "pipeline": (1, 2, 0),  # 4 ranks: 2 stages, each held by 2 DDP ranks
+LAYOUTS = {  # name: (tp, pp, zero, virtual stages); dp is the rest of the world; None: the whole world
+    "ddp": (1, 1, 0, 1),
+    "fsdp2": (1, 1, 3, 1),
+    "tensor_parallel": (None, 1, 1, 1),
+    "fsdp2_by_tensor_parallel": (2, 1, 3, 1),
+    "pipeline": (1, 2, 0, 1),  # 4 ranks: 2 stages, each held by 2 DDP ranks
+    "interleaved_pipeline": (1, 2, 0, 2),  # 2 ranks of 2 stages of one block each (4 ranks: each rank's stages held by 2 DDP ranks)
 }
 PIPELINE_MICRO_BATCH, PIPELINE_MICRO_BATCHES = 2, 4
 
@@ -68,11 +70,11 @@ def _threads(world: int) -> int:
     return max(1, (os.cpu_count() or 1) // world)
 
 
-def _sizes(layout: str, world: int) -> tuple[int, int, int, int]:
-    """(tp, pp, dp, zero) of ``layout`` on ``world`` ranks."""
-    tp, pp, zero = LAYOUTS[layout]
+def _sizes(layout: str, world: int) -> tuple[int, int, int, int, int]:
+    """(tp, pp, dp, zero, virtual stages) of ``layout`` on ``world`` ranks."""
+    tp, pp, zero, virtual_stages = LAYOUTS[layout]
     tp, pp = world if tp is None else tp, world if pp is None else pp
-    return tp, pp, world // (tp * pp), zero
+    return tp, pp, world // (tp * pp), zero, virtual_stages
 
 
 def _calibrating_rank(rank: int, world: int, port: int, folder: str, budget: float) -> None:
@@ -100,9 +102,9 @@ def _training_rank(rank: int, world: int, port: int, folder: str, layouts: list[
     try:
         runs = {}
         for layout in layouts:
-            tp, pp, dp, zero = _sizes(layout, world)
+            tp, pp, dp, zero, virtual_stages = _sizes(layout, world)
             if pp > 1:
-                stage, pipelined, _ = pipelined_gpt(rank, world, PIPELINE_MICRO_BATCH, PIPELINE_MICRO_BATCHES, replicas=dp)
+                stage, pipelined, _ = pipelined_gpt(rank, world, PIPELINE_MICRO_BATCH, PIPELINE_MICRO_BATCHES, replicas=dp, virtual_stages=virtual_stages)
                 runs[layout] = (pipelined, torch.optim.AdamW(stage.parameters()))
                 continue
             mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
@@ -152,12 +154,13 @@ def run_world(world: int, steps: int, budget: float) -> list[dict]:
         link = interconnect(str(link_path))
         rows = []
         for layout in layouts:
-            tp, pp, dp, zero = _sizes(layout, world)
+            tp, pp, dp, zero, virtual_stages = _sizes(layout, world)
             micro_batch, micro_batches = (PIPELINE_MICRO_BATCH, PIPELINE_MICRO_BATCHES) if pp > 1 else (MICRO_BATCH, 1)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 plan = plan_training(small_gpt("meta"), SEQUENCE, micro_batch * micro_batches * dp, spec_path, world, link, tp=tp, pp=pp, dp=dp,
-                                     zero=zero, micro_batch=micro_batch, sequence_parallel=False, tp_overlap=False)
+                                     zero=zero, micro_batch=micro_batch, sequence_parallel=False, tp_overlap=False,
+                                     schedule="interleaved" if virtual_stages > 1 else "1f1b", virtual_stages=virtual_stages)
             step = statistics.median(measured[layout])
             spread = (min(measured[layout]), max(measured[layout]))
             breakdown = plan.breakdown
