@@ -220,6 +220,17 @@ def _boundary_bytes(model: nn.Module, micro_batch: int, sequence: int, layout: L
     return hidden_state_bytes(model, micro_batch * sequence) // (layout.tp if layout.sequence_parallel else 1)
 
 
+def _kept_per_micro_batch(part: PartCosts, counts: Counter[int], receiving: int, copied: CopiedStep, boundary: int, full: bool) -> float:
+    """What a micro-batch in flight keeps on a rank's ``part`` (``counts`` blocks of each kind): its
+    activations (with full recomputation each block's input alone) and the keys and values of a
+    returned cache, as long as its activations; less, on each of its ``receiving`` stages that
+    receive their input, the input the stage's first block saved: it is the receive buffer (the
+    copy's previous block had made it)."""
+    outputs = copied.per_block("outputs")
+    kept = sum(counts.values()) * boundary if full else part.activation_bytes
+    return kept + sum(count * outputs[copied.middle_block(kind)] for kind, count in counts.items()) - receiving * boundary
+
+
 def _units(costs: ModelCosts, ranges: list[tuple[int, int]], layout: Layout, rank: int) -> list[tuple[float, float, bool]]:
     """What FSDP2 shards apart on pipeline rank ``rank``: each block it holds, and the root (what lies
     outside the blocks, on the first and last stages), as (parameter bytes, gradient bytes, is the root)."""
@@ -513,10 +524,7 @@ class Planner:
         stages = range(rank, last + 1, layout.pp)  # the rank's chunks' stages (interleaved: one a round)
         in_flight = min(micro_batches, layout.pp - rank + (layout.pp - 1) * (layout.virtual_stages - 1) // layout.virtual_stages)
         boundary = _boundary_bytes(self.model, layout.micro_batch, sequence, layout)
-        each = sum(counts.values()) * boundary if full else part.activation_bytes
-        outputs = copied.per_block("outputs")  # a returned cache's keys and values: a micro-batch keeps them as long as its activations
-        each += sum(count * outputs[copied.middle_block(kind)] for kind, count in counts.items())
-        each -= sum(stage > 0 for stage in stages) * boundary  # the input a chunk's first block saved (the copy's previous block made it) is its receive buffer
+        each = _kept_per_micro_batch(part, counts, sum(stage > 0 for stage in stages), copied, boundary, full)
 
         def at_backward(kept_in_flight: int, accumulated: bool) -> tuple[int, int]:
             """(the gradients kept, the step's peak) at a backward with ``kept_in_flight`` micro-batches
@@ -559,9 +567,7 @@ class Planner:
             start, end = ranges[stage]
             counts = Counter(costs.block_order[start:end])
             part = costs.stage(start, end, chunks, stage)
-            outputs = copied.per_block("outputs")
-            activations[stage] = ((end - start) * boundary if full else part.activation_bytes) - (stage > 0) * boundary + sum(
-                count * outputs[copied.middle_block(kind)] for kind, count in counts.items())
+            activations[stage] = _kept_per_micro_batch(part, counts, stage > 0, copied, boundary, full)
             outside = {name for name, held in (("embeddings", stage == 0), ("head", stage == chunks - 1)) if held}
             peaks[stage] = {added: extrapolated_peak(copied, counts, scales, [share(block) for block in costs.blocks], share(costs.outside_of(stage, chunks)), outside, added)
                             for added in (True, buffered and layout.zero > 0)}
