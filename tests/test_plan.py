@@ -210,23 +210,26 @@ QWEN2_MOE_IN_TURN = dict(hidden_size=256, intermediate_size=512, moe_intermediat
                          num_attention_heads=8, num_key_value_heads=4, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=2, vocab_size=1024)
 
 
-@pytest.mark.parametrize("model_type, shape, sequence, tp, dp, recompute, within", [
-    ("llama", LLAMA_3_8B, 4096, 2, 4, "none", 0.0002),  # docs/plan.md's scale: Llama-3-8B at 4,096 tokens, tensor parallelism over 2 by FSDP2 over 4: -0.0000%
+@pytest.mark.parametrize("model_type, shape, sequence, tp, dp, recompute, within, estimated_on", [
+    ("llama", LLAMA_3_8B, 4096, 2, 4, "none", 0.0002, None),  # docs/plan.md's scale: Llama-3-8B at 4,096 tokens, tensor parallelism over 2 by FSDP2 over 4: -0.0000%
+    # on the H100 (CUDA's allocator rounding, torch's foreach AdamW, which tensor parallelism's plain norms refuse): -0.001%; it raised before 2026-11-29
+    ("llama", LLAMA_3_8B, 4096, 8, 1, "none", 0.0002, "h100"),
     ("llama", dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, vocab_size=32000),
-     1024, 2, 1, "full", 0.0002),  # +0.0000%
-    ("qwen2_moe", QWEN2_MOE_IN_TURN, 512, 1, 4, "none", 0.0005),  # two kinds of blocks in turn, lifted kind by kind: -0.009%
+     1024, 2, 1, "full", 0.0002, None),  # +0.0000%
+    ("qwen2_moe", QWEN2_MOE_IN_TURN, 512, 1, 4, "none", 0.0005, None),  # two kinds of blocks in turn, lifted kind by kind: -0.009%
 ])
-def test_a_plans_memory_per_gpu_is_the_estimate_of_the_whole_model_on_its_2d_mesh(model_type, shape, sequence, tp, dp, recompute, within):
+def test_a_plans_memory_per_gpu_is_the_estimate_of_the_whole_model_on_its_2d_mesh(model_type, shape, sequence, tp, dp, recompute, within, estimated_on):
     """The plan lifts a rank's peak from the step of a copy of three blocks to all the model's
     (:mod:`jitflops.planning.step_peak`); the fake-tensor estimate of the whole model on its mesh
     (within 0.02% of MemTracker on real gloo ranks, tests/test_memory.py), with activation
-    checkpointing where the plan recomputes, is the independent figure."""
+    checkpointing where the plan recomputes, is the independent figure (``estimated_on`` a GPU:
+    as it would run there; the plan's copy is recorded as on a CPU)."""
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **shape), dtype=torch.bfloat16)
     plan = plan_training(model, sequence, dp, "h100", tp * dp, tp=tp, dp=dp, zero=3 if dp > 1 else 0, sequence_parallel=False, recompute=recompute)
     ids = torch.zeros(1, sequence, dtype=torch.long, device="meta")
     estimate = memory_footprint(model, {"input_ids": ids, "labels": ids}, train="adamw", fsdp=dp if dp > 1 else None, tensor_parallel=tp if tp > 1 else None,
-                                checkpointing=recompute == "full")
+                                checkpointing=recompute == "full", device=estimated_on)
     # before 2026-11-29, one block's transient on the blocks' sums: +4.4% for the Llama-3-8B; without it -14%
     assert plan.memory_per_gpu_bytes == pytest.approx(estimate.peak, rel=within)
 
