@@ -70,6 +70,23 @@ def test_a_spec_keeps_every_curve_through_json_and_refuses_bad_ones():
         _spec(kernel_curves={"copy": ((10.0, 1e-6), (1.0, 1e-6))})
 
 
+def test_a_spec_for_a_process_with_half_its_cores_time_gives_every_time_twice():
+    """Every part of a prediction (products from the grids, curves, the host's calls, the optimizer)
+    on a spec whose process gets half of its cores' time takes twice as long, to the rounding."""
+    grid = ProductGrid((1, 1000), (100, 10_000), ((4e10, 4e10), (4e11, 4e11)))
+    spec = _spec(cache_bytes=2**20, resident_products={"float32": grid}, pointwise_products={"float32": grid}, product_aspects={"float32": grid},
+                 grouped_convolutions={"float32": grid})
+    shared = spec.time_shared(0.5)
+    x = torch.randn(1000, 100)
+    alone, halved = predict_training_step(_Mlp(), x, device=spec), predict_training_step(_Mlp(), x, device=shared)
+    for part in ("forward_s", "backward_s", "optimizer_s"):
+        assert getattr(halved, part) == pytest.approx(2 * getattr(alone, part), rel=1e-9), part
+    assert PredictedTimeAnalysis(_Mlp(), x, device=shared).total() == pytest.approx(2 * PredictedTimeAnalysis(_Mlp(), x, device=spec).total(), rel=1e-9)
+    assert DeviceSpec.from_mapping(__import__("json").loads(shared.to_json())) == shared and shared.compute_curve == spec.compute_curve
+    with pytest.raises(DeviceSpecError, match="share of the cores' time"):
+        spec.time_shared(0)
+
+
 def _meta(*shape: int, dtype: torch.dtype = F32) -> TensorMeta:
     return TensorMeta(tuple(shape), dtype)
 

@@ -186,6 +186,24 @@ class DeviceSpec:
             return self
         return dataclasses.replace(self, products={**self.products, **self.resident_products})
 
+    def time_shared(self, share: float) -> "DeviceSpec":
+        """This spec for a process that gets ``share`` of its cores' time: more processes than cores
+        (gloo ranks on one CPU host), each running in turn. Every time it gives is over ``share``.
+        Timed while the others ran, a call shorter than the scheduler's slice (a few ms) runs within
+        one and shows none of the sharing: 4 processes calibrating at once on 2 cores timed the
+        product grid's small products at their rate alone and its large ones at half."""
+        if not 0 < share <= 1:
+            raise DeviceSpecError(f"a share of the cores' time must be in (0, 1], got {share!r}")
+
+        def grids(named: Mapping[str, ProductGrid]) -> dict[str, ProductGrid]:
+            return {key: ProductGrid(grid.rows, grid.weights, tuple(tuple(rate * share for rate in line) for line in grid.rates)) for key, grid in named.items()}
+        return dataclasses.replace(
+            self, name=f"{self.name} at {share:g} of its cores' time", peak_flops={key: value * share for key, value in self.peak_flops.items()},
+            memory_bandwidth=self.memory_bandwidth * share, launch_s=self.launch_s / share, host_s={kind: value / share for kind, value in self.host_s.items()},
+            kernel_curves={family: tuple((work, seconds / share) for work, seconds in curve) for family, curve in self.kernel_curves.items()},
+            products=grids(self.products), resident_products=grids(self.resident_products), pointwise_products=grids(self.pointwise_products),
+            product_aspects=grids(self.product_aspects), grouped_convolutions=grids(self.grouped_convolutions))
+
     def kernels_only(self) -> "DeviceSpec":
         """This spec without the host's time per call or a launch's: what its kernels alone take."""
         return dataclasses.replace(self, launch_s=0.0, host_s=dict.fromkeys(HOST_KINDS, 0.0))
