@@ -497,6 +497,23 @@ def planned_pipeline(rank: int, world: int, micro_batches: int = 4, virtual_stag
     return {"collectives": {key: [t.calls, t.bytes] for key, t in log.by_collective().items()}, "peak": peak}
 
 
+def planned_pipeline_by_data_parallel(rank: int, world: int) -> dict[str, Any]:
+    """MemTracker's peak of 3 training steps of the small GPT in 2 stages under torch's 1F1B (4
+    micro-batches of 2 sequences), each stage held by ``world / 2`` ranks under DDP, the stages,
+    DDP and AdamW made under the tracker: it sees DDP's buckets (made with the wrapper, as in
+    :func:`_ddp_peak`) and the buffers the stages receive into (made at the first step)."""
+    def steps() -> None:
+        stage_module, pipelined, _ = pipelined_gpt(rank, world, 2, 4, replicas=world // 2)
+        optimizer = torch.optim.AdamW(stage_module.parameters())
+        for _ in range(3):
+            pipelined()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    peak = memtracker_peak(steps, per_module=False)
+    dist.barrier()  # the last sends complete before the process group goes
+    return {"peak": peak}
+
+
 def planned_pipeline_peaks(rank: int, world: int) -> dict[str, Any]:
     """MemTracker's peak of the rank's stage (:func:`planned_pipeline`) at as many micro-batches as
     stages (the first backward the only one with all in flight) and at twice as many."""
@@ -520,6 +537,7 @@ CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "planned_layouts": planned_layouts,
     "planned_pipeline": planned_pipeline,
     "planned_pipeline_peaks": planned_pipeline_peaks,
+    "planned_pipeline_by_data_parallel": planned_pipeline_by_data_parallel,
     "planned_interleaved_peaks": planned_interleaved_peaks,
 }
 
