@@ -22,6 +22,7 @@ def interleaved_actions(pp: int, virtual_stages: int, micro_batches: int, rank: 
     from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
 
     rounds = max(1, micro_batches // pp)
-    sizes = SimpleNamespace(n_local_stages=virtual_stages, pp_group_size=pp, _n_microbatches=micro_batches, microbatches_per_round=micro_batches // rounds)
+    sizes = SimpleNamespace(n_local_stages=virtual_stages, pp_group_size=pp, _n_microbatches=micro_batches, number_of_rounds=rounds,
+                            microbatches_per_round=micro_batches // rounds, rank=rank)
     order = ScheduleInterleaved1F1B._calculate_single_rank_operations(sizes, rank)
     return [Action(action.stage_index, action.computation_type != _ComputationType.FORWARD, action.microbatch_index) for action in order if action is not None]
