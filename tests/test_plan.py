@@ -489,6 +489,8 @@ def test_an_interleaved_pipelines_ranks_hold_what_torchs_schedule_holds_on_gloo_
             assert planned == pytest.approx(rank[str(micro_batches)], rel=rel), (micro_batches, stage)
         assert plan.memory_per_stage[1].weights == sum(parameter.numel() * 4 for name, parameter in small_gpt("meta").named_parameters()
                                                      if ".layers.1." in name or ".layers.3." in name or "lm_head" in name or name.startswith("model.norm."))
+    with pytest.raises(LayoutError, match="9 micro-batches in 4 rounds of pp 2: give a multiple of 4"):  # as torch's ScheduleInterleaved1F1B refuses them
+        plan_training(small_gpt("meta"), 128, 18, "h100", 2, pp=2, dp=1, zero=0, micro_batch=2, schedule="interleaved", virtual_stages=2)
 
 
 def test_the_search_plans_every_layout_that_divides_best_first():
