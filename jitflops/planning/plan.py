@@ -220,6 +220,16 @@ def _boundary_bytes(model: nn.Module, micro_batch: int, sequence: int, layout: L
     return hidden_state_bytes(model, micro_batch * sequence) // (layout.tp if layout.sequence_parallel else 1)
 
 
+def _gradient_copies(buffered: bool, zero: int, accumulated: bool) -> tuple[int, bool]:
+    """(the copies of a part's gradients kept all the step, whether each gradient its backward
+    makes is added into a kept one and freed at once): data parallelism's buffer holds one
+    (``buffered``: DDP's buckets; with ZeRO a distributed optimizer's, into which the backward adds
+    them); after the part's first backward (``accumulated``) the parameters' own stay as well, to
+    accumulate, unless they go into that buffer."""
+    into_buffer = buffered and zero > 0
+    return buffered + (accumulated and not into_buffer), accumulated or into_buffer
+
+
 def _kept_per_micro_batch(part: PartCosts, counts: Counter[int], receiving: int, copied: CopiedStep, boundary: int, full: bool) -> float:
     """What a micro-batch in flight keeps on a rank's ``part`` (``counts`` blocks of each kind): its
     activations (with full recomputation each block's input alone) and the keys and values of a
@@ -519,59 +529,61 @@ class Planner:
             return _sharded(layout, each.gradient_bytes, each.expert_gradient_bytes, layout.zero >= 2)
         split = layout.sequence_parallel and layout.tp > 1 and not full
         scales = self.recordings.sequence_split(layout.tp, layout.micro_batch, sequence) if split else [1.0] * len(costs.blocks)
-        outside = {name for name, held in (("embeddings", rank == 0), ("head", rank == layout.pp - 1)) if held}
-        last = layout.pp * layout.virtual_stages - 1
-        stages = range(rank, last + 1, layout.pp)  # the rank's chunks' stages (interleaved: one a round)
-        in_flight = min(micro_batches, layout.pp - rank + (layout.pp - 1) * (layout.virtual_stages - 1) // layout.virtual_stages)
-        boundary = _boundary_bytes(self.model, layout.micro_batch, sequence, layout)
-        each = _kept_per_micro_batch(part, counts, sum(stage > 0 for stage in stages), copied, boundary, full)
+        chunks = layout.pp * layout.virtual_stages
+        shares = [share(block) for block in costs.blocks]
 
-        def at_backward(kept_in_flight: int, accumulated: bool) -> tuple[int, int]:
-            """(the gradients kept, the step's peak) at a backward with ``kept_in_flight`` micro-batches
-            in flight, after the first micro-batch (``accumulated``) or at it."""
-            copies = buffered + (accumulated and not (buffered and layout.zero > 0))  # kept copies of the gradients
-            added = accumulated or (buffered and layout.zero > 0)  # each gradient made is added into a kept one
-            peak = extrapolated_peak(copied, counts, scales, [share(block) for block in costs.blocks], share(costs.outside_of(rank, layout.pp)), outside, added)
-            # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy), and at
-            # a later backward one boundary more, the gradient it starts from (without it torch's first stage is 0.5% short of
-            # MemTracker); at the first, none more (the first of 4 gloo stages at 4 micro-batches +0.8% of MemTracker, of 2 at 2 +0.07%)
-            boundaries = (kept_in_flight + accumulated) * boundary if rank < layout.pp - 1 else 0
-            return int(copies * gradients), int(peak + (kept_in_flight - 1) * each + boundaries)
+        def peak_of(stage: int, stage_counts: Counter[int], accumulated: bool) -> float:
+            """The step's own peak on ``stage`` of the ``chunks``, holding ``stage_counts`` blocks of
+            each kind, at a backward after its first micro-batch's (``accumulated``) or at that one."""
+            outside = {name for name, held in (("embeddings", stage == 0), ("head", stage == chunks - 1)) if held}
+            added = _gradient_copies(buffered, layout.zero, accumulated)[1]
+            return extrapolated_peak(copied, stage_counts, scales, shares, share(costs.outside_of(stage, chunks)), outside, added)
+        stages = range(rank, chunks, layout.pp)  # the rank's chunks' stages (interleaved: one a round)
+        boundary = _boundary_bytes(self.model, layout.micro_batch, sequence, layout)
         if layout.virtual_stages > 1:
-            kept, peak = self._interleaved_peak(layout, rank, micro_batches, costs, copied, scales, share, buffered, boundary, full)
+            kept, peak = self._interleaved_peak(layout, rank, micro_batches, costs, copied, peak_of, share, buffered, boundary, full)
         else:
+            in_flight = min(micro_batches, layout.pp - rank)
+            each = _kept_per_micro_batch(part, counts, rank > 0, copied, boundary, full)
+
+            def at_backward(kept_in_flight: int, accumulated: bool) -> tuple[int, int]:
+                """(the gradients kept, the step's peak) at a backward with ``kept_in_flight`` micro-batches
+                in flight, after the first micro-batch (``accumulated``) or at it."""
+                copies = _gradient_copies(buffered, layout.zero, accumulated)[0]
+                # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy), and at
+                # a later backward one boundary more, the gradient it starts from (without it torch's first stage is 0.5% short of
+                # MemTracker); at the first, none more (the first of 4 gloo stages at 4 micro-batches +0.8% of MemTracker, of 2 at 2 +0.07%)
+                boundaries = (kept_in_flight + accumulated) * boundary if rank < layout.pp - 1 else 0
+                return int(copies * gradients), int(peak_of(rank, counts, accumulated) + (kept_in_flight - 1) * each + boundaries)
             later = min(in_flight, micro_batches - 1)  # 1F1B forwards one more after each backward while any is left
             moments = [at_backward(later, True)] if micro_batches > 1 else []
             if later < in_flight or not moments:
                 moments.append(at_backward(in_flight, False))
             kept, peak = max(moments, key=sum)
-        received = sum((stage > 0) + (stage < last) for stage in stages)
+        received = sum((stage > 0) + (stage < chunks - 1) for stage in stages)
         return StageMemory(int(weights), kept, int(state), received * micro_batches * boundary, peak)
 
-
-    def _interleaved_peak(self, layout: Layout, rank: int, micro_batches: int, costs: ModelCosts, copied: CopiedStep, scales: Sequence[float],
-                          share: Callable[[PartCosts], float], buffered: bool, boundary: int, full: bool) -> tuple[int, int]:
+    def _interleaved_peak(self, layout: Layout, rank: int, micro_batches: int, costs: ModelCosts, copied: CopiedStep,
+                          peak_of: Callable[[int, Counter[int], bool], float], share: Callable[[PartCosts], float], buffered: bool, boundary: int,
+                          full: bool) -> tuple[int, int]:
         """(the gradients kept, the step's peak) of an interleaved rank, at the worst of its backwards
         in torch's order (:func:`.pipeline_order.interleaved_actions`): the stepping chunk's own
-        peak (:func:`.step_peak.extrapolated_peak` of its blocks), the activations of every other
-        (chunk, micro-batch) in flight, and what it sent so far. torch's interleaved schedule is a
-        runtime schedule that waits for its sends at the step's end, and a send's work holds its
-        tensor until then: every output a chunk sent and every input gradient it sent back stay.
-        A chunk's gradients are kept from its first backward (made then, as in one micro-batch)."""
+        peak (``peak_of``), the activations of every other (chunk, micro-batch) in flight, and what
+        it sent so far. torch's interleaved schedule is a runtime schedule that waits for its sends
+        at the step's end, and a send's work holds its tensor until then: every output a chunk sent
+        and every input gradient it sent back stay. A chunk's gradients are made at its first
+        backward, as in one micro-batch, and kept from then on to accumulate."""
         chunks = layout.pp * layout.virtual_stages
         ranges = _split(costs.layers, chunks)
         stages = range(rank, chunks, layout.pp)
-        accumulating = micro_batches > 1 and not (buffered and layout.zero > 0)  # the parameters' own gradients kept beside a buffer's
-        activations, peaks, gradients = {}, {}, {}
+        activations, gradients, peaks = {}, {}, {}
         for stage in stages:
             start, end = ranges[stage]
             counts = Counter(costs.block_order[start:end])
             part = costs.stage(start, end, chunks, stage)
             activations[stage] = _kept_per_micro_batch(part, counts, stage > 0, copied, boundary, full)
-            outside = {name for name, held in (("embeddings", stage == 0), ("head", stage == chunks - 1)) if held}
-            peaks[stage] = {added: extrapolated_peak(copied, counts, scales, [share(block) for block in costs.blocks], share(costs.outside_of(stage, chunks)), outside, added)
-                            for added in (True, buffered and layout.zero > 0)}
             gradients[stage] = share(part)
+            peaks.update({(stage, accumulated): peak_of(stage, counts, accumulated) for accumulated in (False, True)})
         held: dict[tuple[int, int], float] = {}
         sent, made, worst = 0, set(), (0.0, 0.0)
         for action in interleaved_actions(layout.pp, layout.virtual_stages, micro_batches, rank):
@@ -580,8 +592,8 @@ class Planner:
                 held[key] = activations[action.stage]
                 sent += action.stage < chunks - 1
                 continue
-            kept = buffered * sum(gradients.values()) + accumulating * sum(gradients[stage] for stage in made)
-            step = peaks[action.stage][action.stage in made or buffered and layout.zero > 0] + sum(held.values()) - held.pop(key) + sent * boundary
+            kept = sum(_gradient_copies(buffered, layout.zero, micro_batches > 1 and stage in made)[0] * gradients[stage] for stage in stages)
+            step = peaks[(action.stage, action.stage in made)] + sum(held.values()) - held.pop(key) + sent * boundary
             worst = max(worst, (kept, step), key=sum)
             sent += action.stage > 0
             made.add(action.stage)
