@@ -572,7 +572,8 @@ class Planner:
         it sent so far. torch's interleaved schedule is a runtime schedule that waits for its sends
         at the step's end, and a send's work holds its tensor until then: every output a chunk sent
         and every input gradient it sent back stay. A chunk's gradients are made at its first
-        backward, as in one micro-batch, and kept from then on to accumulate."""
+        backward, as in one micro-batch, and kept from then to the optimizer's step (with one
+        micro-batch too: the rank's other chunk backwards after)."""
         chunks = layout.pp * layout.virtual_stages
         ranges = _split(costs.layers, chunks)
         stages = range(rank, chunks, layout.pp)
@@ -592,7 +593,7 @@ class Planner:
                 held[key] = activations[action.stage]
                 sent += action.stage < chunks - 1
                 continue
-            kept = sum(_gradient_copies(buffered, layout.zero, micro_batches > 1 and stage in made)[0] * gradients[stage] for stage in stages)
+            kept = sum(_gradient_copies(buffered, layout.zero, stage in made)[0] * gradients[stage] for stage in stages)
             step = peaks[(action.stage, action.stage in made)] + sum(held.values()) - held.pop(key) + sent * boundary
             worst = max(worst, (kept, step), key=sum)
             sent += action.stage > 0
