@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .pipeline_order import interleaved_rounds
+
 SCHEDULES = ("1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 
@@ -68,7 +70,7 @@ class Layout:
         per_replica, left = divmod(global_batch, self.dp * self.micro_batch)
         if left or not per_replica:
             raise LayoutError(f"the global batch of {global_batch} sequences does not divide into {self.dp} replicas of {self.micro_batch}-sequence micro-batches")
-        rounds = max(1, per_replica // self.pp)  # torch's interleaved 1F1B runs the micro-batches in rounds of pp, and refuses a remainder
+        rounds = interleaved_rounds(self.pp, per_replica)
         if self.virtual_stages > 1 and per_replica % rounds:
             raise LayoutError(f"the interleaved schedule runs {per_replica} micro-batches in {rounds} rounds of pp {self.pp}: give a multiple of {rounds}")
         return per_replica

@@ -14,6 +14,12 @@ class Action(NamedTuple):
     micro_batch: int
 
 
+def interleaved_rounds(pp: int, micro_batches: int) -> int:
+    """The rounds torch's ``ScheduleInterleaved1F1B`` runs ``micro_batches`` in (``pp`` a round, one
+    where there are fewer): it refuses a count that is not a multiple of them."""
+    return max(1, micro_batches // pp)
+
+
 def interleaved_actions(pp: int, virtual_stages: int, micro_batches: int, rank: int) -> list[Action]:
     """What rank ``rank`` of ``pp`` runs under torch's ``ScheduleInterleaved1F1B`` (Megatron-LM's
     interleaved 1F1B, depth first), each of its ``virtual_stages`` stages ``rank + k * pp``: torch's
@@ -21,7 +27,7 @@ def interleaved_actions(pp: int, virtual_stages: int, micro_batches: int, rank: 
     micro-batches), so no stage or process group is made for it."""
     from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
 
-    rounds = max(1, micro_batches // pp)
+    rounds = interleaved_rounds(pp, micro_batches)
     sizes = SimpleNamespace(n_local_stages=virtual_stages, pp_group_size=pp, _n_microbatches=micro_batches, number_of_rounds=rounds,
                             microbatches_per_round=micro_batches // rounds, rank=rank)
     order = ScheduleInterleaved1F1B._calculate_single_rank_operations(sizes, rank)
