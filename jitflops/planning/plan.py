@@ -502,7 +502,7 @@ class Planner:
         blocks of each kind to the stage's ``counts`` of them (:mod:`.step_peak`), and the
         activations of the micro-batches 1F1B keeps in flight beyond the one stepping (``p - rank``;
         interleaved: walked in torch's order, :meth:`_interleaved_peak`), and on a stage before the last, the outputs
-        it sent until their backward and the gradient it receives, beside the buffers torch's
+        it sent until their backward (one more once 1F1B is steady), beside the buffers torch's
         pipelining receives into (one per micro-batch and direction: 1.5% of the first stage's
         peak on 2 gloo ranks, which ``MemTracker`` sees once the step writes them). A stage's
         blocks save the activations they receive where they arrive, in those buffers: a micro-batch
@@ -531,15 +531,19 @@ class Planner:
         scales = self.recordings.sequence_split(layout.tp, layout.micro_batch, sequence) if split else [1.0] * len(costs.blocks)
         chunks = layout.pp * layout.virtual_stages
         shares = [share(block) for block in costs.blocks]
+        boundary = _boundary_bytes(self.model, layout.micro_batch, sequence, layout)
 
         def peak_of(stage: int, stage_counts: Counter[int], accumulated: bool) -> float:
             """The step's own peak on ``stage`` of the ``chunks``, holding ``stage_counts`` blocks of
             each kind, at a backward after its first micro-batch's (``accumulated``) or at that one."""
             outside = {name for name, held in (("embeddings", stage == 0), ("head", stage == chunks - 1)) if held}
             added = _gradient_copies(buffered, layout.zero, accumulated)[1]
-            return extrapolated_peak(copied, stage_counts, scales, shares, share(costs.outside_of(stage, chunks)), outside, added)
+            # a stage of one block takes the gradient of its output in torch's receive buffer, where the copy's first and middle
+            # blocks take theirs made by the block after them (the first of 4 one-block stages at 4 micro-batches +0.76% of
+            # MemTracker with it counted twice)
+            received = boundary if stage < chunks - 1 and sum(stage_counts.values()) == 1 else 0.0
+            return extrapolated_peak(copied, stage_counts, scales, shares, share(costs.outside_of(stage, chunks)), outside, added, received)
         stages = range(rank, chunks, layout.pp)  # the rank's chunks' stages (interleaved: one a round)
-        boundary = _boundary_bytes(self.model, layout.micro_batch, sequence, layout)
         if layout.virtual_stages > 1:
             kept, peak = self._interleaved_peak(layout, rank, micro_batches, costs, copied, peak_of, share, buffered, boundary, full)
         else:
@@ -550,10 +554,13 @@ class Planner:
                 """(the gradients kept, the step's peak) at a backward with ``kept_in_flight`` micro-batches
                 in flight, after the first micro-batch (``accumulated``) or at it."""
                 copies = _gradient_copies(buffered, layout.zero, accumulated)[0]
-                # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy), and at
-                # a later backward one boundary more, the gradient it starts from (without it torch's first stage is 0.5% short of
-                # MemTracker); at the first, none more (the first of 4 gloo stages at 4 micro-batches +0.8% of MemTracker, of 2 at 2 +0.07%)
-                boundaries = (kept_in_flight + accumulated) * boundary if rank < layout.pp - 1 else 0
+                # a stage before the last keeps each micro-batch's output it sent (the next stage's block saved it in the copy), and
+                # once 1F1B is steady (the stage has forwarded micro-batch 2 (p - 1 - rank): both neighbours work in lock-step) one
+                # sent boundary more at its later backwards, a tensor torch's process group still holds, referenced by no Python
+                # object (4 gloo stages: from the first's fourth backward at 8 micro-batches, the second's third; at 4 micro-batches
+                # the second stage never holds it: with it there it was +0.88% of MemTracker, without it at 8 -0.8%)
+                steady = micro_batches > 2 * (layout.pp - 1 - rank)
+                boundaries = (kept_in_flight + (accumulated and steady)) * boundary if rank < layout.pp - 1 else 0
                 return int(copies * gradients), int(peak_of(rank, counts, accumulated) + (kept_in_flight - 1) * each + boundaries)
             later = min(in_flight, micro_batches - 1)  # 1F1B forwards one more after each backward while any is left
             moments = [at_backward(later, True)] if micro_batches > 1 else []
