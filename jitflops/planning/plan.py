@@ -505,8 +505,9 @@ class Planner:
         it sent until their backward (one more once 1F1B is steady), beside the buffers torch's
         pipelining receives into (one per micro-batch and direction: 1.5% of the first stage's
         peak on 2 gloo ranks, which ``MemTracker`` sees once the step writes them). A stage's
-        blocks save the activations they receive where they arrive, in those buffers: a micro-batch
-        in flight keeps its received input no second time. Under 1F1B the first backward is the
+        blocks save the activations they receive where they arrive, in those buffers: a micro-batch,
+        in flight or stepping, keeps its received input no second time; at a later backward a stage
+        after the first still holds the gradient of its input it sent after the backward before. Under 1F1B the first backward is the
         only one with every micro-batch in flight when there are no more micro-batches than that
         (``m <= p - rank``), and the gradients accumulated over micro-batches are not yet made
         then: the peak is the larger of that backward's and the later ones' (13% of the first of
@@ -538,11 +539,12 @@ class Planner:
             each kind, at a backward after its first micro-batch's (``accumulated``) or at that one."""
             outside = {name for name, held in (("embeddings", stage == 0), ("head", stage == chunks - 1)) if held}
             added = _gradient_copies(buffered, layout.zero, accumulated)[1]
-            # a stage of one block takes the gradient of its output in torch's receive buffer, where the copy's first and middle
-            # blocks take theirs made by the block after them (the first of 4 one-block stages at 4 micro-batches +0.76% of
-            # MemTracker with it counted twice)
-            received = boundary if stage < chunks - 1 and sum(stage_counts.values()) == 1 else 0.0
-            return extrapolated_peak(copied, stage_counts, scales, shares, share(costs.outside_of(stage, chunks)), outside, added, received)
+            # a stage after the first takes its input in torch's receive buffer, where its first block saves it, and a stage of one
+            # block before the last the gradient of its output, where the copy's first and middle blocks take theirs made by the
+            # block after them (the first of 4 one-block stages at 4 micro-batches +0.76% of MemTracker with it counted twice)
+            gradient = boundary if stage < chunks - 1 and sum(stage_counts.values()) == 1 else 0.0
+            return extrapolated_peak(copied, stage_counts, scales, shares, share(costs.outside_of(stage, chunks)), outside, added,
+                                     boundary if stage > 0 else 0.0, gradient)
         stages = range(rank, chunks, layout.pp)  # the rank's chunks' stages (interleaved: one a round)
         if layout.virtual_stages > 1:
             kept, peak = self._interleaved_peak(layout, rank, micro_batches, costs, copied, peak_of, share, buffered, boundary, full)
@@ -561,6 +563,9 @@ class Planner:
                 # the second stage never holds it: with it there it was +0.88% of MemTracker, without it at 8 -0.8%)
                 steady = micro_batches > 2 * (layout.pp - 1 - rank)
                 boundaries = (kept_in_flight + (accumulated and steady)) * boundary if rank < layout.pp - 1 else 0
+                # a stage after the first still holds the gradient of its input it sent after the backward before (torch's 1F1B
+                # drops its send ops only after the next backward)
+                boundaries += boundary if rank > 0 and accumulated else 0
                 return int(copies * gradients), int(peak_of(rank, counts, accumulated) + (kept_in_flight - 1) * each + boundaries)
             later = min(in_flight, micro_batches - 1)  # 1F1B forwards one more after each backward while any is left
             moments = [at_backward(later, True)] if micro_batches > 1 else []

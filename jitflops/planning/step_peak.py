@@ -161,16 +161,19 @@ class CopiedStep:
 
 def extrapolated_peak(copied: CopiedStep, counts: Mapping[int, int], activation_scales: Sequence[float],
                       gradient_bytes: Sequence[float], root_gradient_bytes: float, outside: Container[str] = ("embeddings", "head"),
-                      accumulated: bool = False, received: float = 0.0) -> int:
+                      accumulated: bool = False, received_input: float = 0.0, received_gradient: float = 0.0) -> int:
     """The most a rank holds at once in the step, parameters and optimizer state left out, with
     ``counts`` blocks of each kind. Per kind, what the plan's block
     holds of the copy's saved activations (``activation_scales``: sequence parallelism splits them)
     and its gradients (``gradient_bytes``: ZeRO's share); and the gradients outside the blocks;
     ``accumulated``: a buffer holds the gradients all the step (the plan counts it apart), and each
     one the backward makes is added into it and freed at once (autograd's accumulation, a DDP
-    bucket's copy); ``received``: what the copy makes in the backward of its blocks before the last
-    that the rank has apart (a pipeline stage's gradient of its output, in the buffer it receives
-    it in); ``outside``: the parts outside the blocks the rank holds (a
+    bucket's copy); ``received_input``: the input a rank receives into a buffer counted apart (a
+    pipeline stage after the first: its first block saves it there), which the copy's first block
+    saves as the embeddings made it, from its forward through its backward; ``received_gradient``:
+    the gradient of its output a rank receives so (a stage before the last), where the copy makes it
+    in the backward of the block after its first and middle blocks (counted for a stage of one
+    block, for which those moments stand); ``outside``: the parts outside the blocks the rank holds (a
     pipeline's first stage the embeddings, its last the head: :attr:`CopiedStep.outside_parts`).
     Each moment of the copy's step, its blocks' activations and gradients scaled to the plan's, gets
     what the blocks it lacks hold then (:data:`SEGMENTS`), one of each kind as its
@@ -186,8 +189,8 @@ def extrapolated_peak(copied: CopiedStep, counts: Mapping[int, int], activation_
     gradient_scales.append(root_gradient_bytes / made[-1] if made[-1] else 0.0)
     starts = copied.segment_starts
     lifted = [sum((counts.get(kind, 0) - kinds.count(kind)) * share.held(segment) for kind, share in shares.items()) for segment in SEGMENTS]
-    lifted[2] -= received
-    lifted[3] -= received
+    for segment in (1, 2, 3):
+        lifted[segment] -= received_input + (received_gradient if segment > 1 else 0.0)
     changes: list[tuple[int, float]] = [(tick, 0.0) for tick in starts]
     elsewhere = {index for index, part in copied.outside_parts.items() if part not in outside}
     for index, life in enumerate(recording.lives):
