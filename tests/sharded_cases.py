@@ -522,8 +522,8 @@ def planned_pipeline_peaks(rank: int, world: int) -> dict[str, Any]:
 
 def planned_interleaved_peaks(rank: int, world: int) -> dict[str, Any]:
     """MemTracker's peak of the rank's 2 stages under torch's interleaved 1F1B
-    (:func:`planned_pipeline`) at twice and four times as many micro-batches as ranks."""
-    return {str(micro_batches): planned_pipeline(rank, world, micro_batches, virtual_stages=2)["peak"] for micro_batches in (2 * world, 4 * world)}
+    (:func:`planned_pipeline`) at as many, twice and four times as many micro-batches as ranks."""
+    return {str(micro_batches): planned_pipeline(rank, world, micro_batches, virtual_stages=2)["peak"] for micro_batches in (world, 2 * world, 4 * world)}
 
 
 CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
