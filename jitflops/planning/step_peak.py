@@ -188,9 +188,10 @@ def extrapolated_peak(copied: CopiedStep, counts: Mapping[int, int], activation_
     gradient_scales = [gradient_bytes[kind] / made[block] if made[block] else 0.0 for block, kind in enumerate(kinds)]
     gradient_scales.append(root_gradient_bytes / made[-1] if made[-1] else 0.0)
     starts = copied.segment_starts
-    lifted = [sum((counts.get(kind, 0) - kinds.count(kind)) * share.held(segment) for kind, share in shares.items()) for segment in SEGMENTS]
-    for segment in (1, 2, 3):
-        lifted[segment] -= received_input + (received_gradient if segment > 1 else 0.0)
+    apart = {"forward": received_input, "backward of the middle blocks": received_input + received_gradient,
+             "backward of the first block": received_input + received_gradient}
+    lifted = [sum((counts.get(kind, 0) - kinds.count(kind)) * share.held(segment) for kind, share in shares.items()) - apart.get(segment, 0.0)
+              for segment in SEGMENTS]
     changes: list[tuple[int, float]] = [(tick, 0.0) for tick in starts]
     elsewhere = {index for index, part in copied.outside_parts.items() if part not in outside}
     for index, life in enumerate(recording.lives):
