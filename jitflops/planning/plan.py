@@ -230,12 +230,12 @@ def _gradient_copies(buffered: bool, zero: int, accumulated: bool) -> tuple[int,
     return buffered + (accumulated and not into_buffer), accumulated or into_buffer
 
 
-def _kept_per_micro_batch(part: PartCosts, counts: Counter[int], receiving: int, copied: CopiedStep, boundary: int, full: bool) -> float:
-    """What a micro-batch in flight keeps on a rank's ``part`` (``counts`` blocks of each kind): its
+def _kept_per_micro_batch(part: PartCosts, counts: Counter[int], receiving: bool, copied: CopiedStep, boundary: int, full: bool) -> float:
+    """What a micro-batch in flight keeps on a stage's ``part`` (``counts`` blocks of each kind): its
     activations (with full recomputation each block's input alone) and the keys and values of a
-    returned cache, as long as its activations; less, on each of its ``receiving`` stages that
-    receive their input, the input the stage's first block saved: it is the receive buffer (the
-    copy's previous block had made it)."""
+    returned cache, as long as its activations; less, where the stage receives its input
+    (``receiving``), the input its first block saved: it is the receive buffer (the copy's previous
+    block had made it)."""
     outputs = copied.per_block("outputs")
     kept = sum(counts.values()) * boundary if full else part.activation_bytes
     return kept + sum(count * outputs[copied.middle_block(kind)] for kind, count in counts.items()) - receiving * boundary
