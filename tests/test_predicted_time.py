@@ -430,7 +430,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     """With every bfloat16 product, convolution and attention made as slow as on a CPU without
     bfloat16 vector units, a calibration of a 6 s budget ends within it, and marks bfloat16 emulated."""
     from jitflops.timing.calibration import calibrate, products
-    from jitflops.timing.calibration.products import RESIDENT_ROTATION
+    from jitflops.timing.calibration.products import RESIDENT_MOST_ROWS, RESIDENT_ROTATION
 
     for name in ("linear", "conv2d", "scaled_dot_product_attention"):
         monkeypatch.setattr(F, name, _slow_bfloat16(getattr(F, name)))
@@ -453,6 +453,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
         last = max(zip(caches[::2], caches[1::2]), key=lambda pair: int(pair[0]))
         assert spec.cache_bytes == int(last[1])
         assert spec.resident_products["float32"].weights[-1] * 4 * 2 <= spec.cache_bytes * RESIDENT_ROTATION  # the widths two weights of which a quarter of it holds
+        assert spec.resident_products["float32"].rows[-1] == RESIDENT_MOST_ROWS
     assert set(spec.host_s) == set(HOST_KINDS) - set(LIBRARY_CALLS)  # a CPU's library calls are timed in their curves
     assert spec.host_s["dtensor"] > spec.host_s["op"] and spec.host_s["parallel_dtensor"] > spec.host_s["op"]  # DTensor's Python on top of the op's
     assert spec.host_s["fsdp_unit"] > 5 * spec.host_s["fsdp_tensor"] > 5 * spec.host_s["op"]  # FSDP2's hooks: a unit's Python, each tensor's bookkeeping
@@ -474,6 +475,20 @@ def test_a_timer_that_produces_rewrites_an_activations_input_before_each_timed_c
     assert x._version == before + 1 and calls == [1000.0, 1000.0, 0.0]
     CallTimer(torch.device("cpu"), flush=False, produce=True).seconds(OnActivations(call.run, x, fresh_output=True))
     assert x._version == before + 2 and calls == [1000.0, 1000.0, 0.0, 1000.0, 1000.0]  # run once untimed first: its last step's pages
+
+
+def test_a_timer_that_reruns_times_a_call_right_after_its_untimed_runs():
+    """The resident grid's timer: each timed call after ``reruns`` untimed ones (a pass over weights
+    in the cache finds them where its own last passes left them), in a family's passes too."""
+    from jitflops.timing.calibration.budget import Budget, CallTimer, interleaved_medians
+
+    calls: list[int] = []
+    timer = CallTimer(torch.device("cpu"), flush=False, reruns=3)
+    timer.seconds(lambda: calls.append(1))
+    assert len(calls) == 4
+    calls.clear()
+    interleaved_medians(timer, Budget(0.0), [(1.0, lambda: lambda: calls.append(1)), (2.0, lambda: lambda: calls.append(2))])
+    assert calls == [1, 1, 1, 1, 1]  # the first size's untimed call and one timed after three reruns; the budget affords no other
 
 
 def test_an_op_whose_output_glibc_maps_fresh_is_timed_after_its_own_call():

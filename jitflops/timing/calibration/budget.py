@@ -109,7 +109,8 @@ class CallTimer:
     """Times one call at a time on ``device``: its caches flushed before each call (``flush``: the
     operands come from memory, as a model's weights do), or the inputs of an :class:`OnActivations`
     call rewritten in place just before (``produce``: in the caches, as the op before it in a
-    forward leaves an activation, while its output's memory is not), or neither.
+    forward leaves an activation, while its output's memory is not), or the call run ``reruns`` times untimed
+    just before (everything it reads in the caches as its own runs leave it), or none.
 
     On a 2-core AVX-512 EPYC, MobileNetV2's ReLU6s, batch norms and pads take 1.2, 1.4-1.9 and
     1.4 ms a forward in the model (``torch.profiler``). Priced from calls timed after another
@@ -117,10 +118,11 @@ class CallTimer:
     output's memory warm too) to 1.02, 1.91 and 0.58; on inputs rewritten just before to 1.30, 1.91
     and 1.38."""
 
-    def __init__(self, device: torch.device, flush: bool = True, produce: bool = False) -> None:
+    def __init__(self, device: torch.device, flush: bool = True, produce: bool = False, reruns: int = 0) -> None:
         self.device = device
         self._flush = torch.empty(256 * 2**20 if device.type == "cuda" else 64 * 2**20, dtype=torch.uint8, device=device) if flush else None
         self._produce = produce
+        self.reruns = reruns
 
     def seconds(self, run: Callable[[], object]) -> float:
         """The time of one ``run()``."""
@@ -132,6 +134,9 @@ class CallTimer:
             for activation in run.activations:
                 activation.mul_(1)
             synchronize(self.device)
+        for _ in range(self.reruns):
+            run()
+        synchronize(self.device)
         if self.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda._sleep(QUEUED_CYCLES)
@@ -168,7 +173,7 @@ def interleaved_medians(timer: CallTimer, budget: Budget, sizes: Sequence[tuple[
         for index, (work, make) in enumerate(sizes):
             if index == len(calls):  # its first turn
                 before = next(((sizes[previous][0], samples[previous][0]) for previous in range(index - 1, -1, -1) if samples[previous]), None)
-                if index and (budget.spent() or (before is not None and not budget.affords(work * before[1] / before[0]))):
+                if index and (budget.spent() or (before is not None and not budget.affords((1 + timer.reruns) * work * before[1] / before[0]))):
                     break  # the smallest size is always timed: a family the budget ran short for keeps one point
                 calls.append(make())
                 calls[index]()  # untimed: allocations, kernel selection

@@ -104,20 +104,26 @@ def product_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Seq
     """The grid of ``dtype``'s rates, its products timed in interleaved passes (smallest first) while
     ``budget`` lasts; a product not timed (over ``most_flops``, or one the budget cannot afford)
     takes the rate of the largest timed one of its row, or of the row below. Each size's calls take
-    3 weights in turn, or as many as ``rotation_bytes`` holds."""
+    3 weights in turn; with ``rotation_bytes``, a size's call is one product on each of as many
+    weights as that holds, back to back, as a model's forward runs its products, and its time is
+    that pass's over its count of weights."""
     def copies(width: int) -> int:
         return max(3, math.ceil(rotation_bytes / (width * width * dtype.itemsize)))
     operands = functools.lru_cache(maxsize=None)(lambda width: _operands(timer.device, dtype, max(rows), width, copies(width)))  # made at a width's first product
     cells = sorted(((2.0 * row * width * width, row, width) for row in rows for width in widths if 2.0 * row * width * width <= most_flops))
+    products_per_call = {width: copies(width) if rotation_bytes else 1 for width in widths}
 
     def maker(row: int, width: int) -> Maker:
         def make() -> Callable[[], object]:
             x, weights = operands(width)
-            rows_of_x, turns = x[:row], itertools.cycle(weights)
+            rows_of_x = x[:row]
+            if rotation_bytes:
+                return lambda: [F.linear(rows_of_x, weight) for weight in weights]
+            turns = itertools.cycle(weights)
             return lambda: F.linear(rows_of_x, next(turns))
         return make
-    medians = interleaved_medians(timer, budget, [(flops, maker(row, width)) for flops, row, width in cells])
-    timed = {(row, width): flops / seconds for (flops, row, width), seconds in zip(cells, medians) if seconds is not None}
+    medians = interleaved_medians(timer, budget, [(flops * products_per_call[width], maker(row, width)) for flops, row, width in cells])
+    timed = {(row, width): flops * products_per_call[width] / seconds for (flops, row, width), seconds in zip(cells, medians) if seconds is not None}
     return ProductGrid(tuple(rows), tuple(width * width for width in widths), filled_rates(rows, widths, timed))
 
 
@@ -162,12 +168,28 @@ def aspect_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequ
     return ProductGrid(tuple(rows), inners, filled_rates(rows, inners, timed))
 
 
-def resident_grid(timer: CallTimer, budget: Budget, rows: Sequence[int], widths: Sequence[int], cache_bytes: int) -> Optional[ProductGrid]:
-    """float32's grid with its weights in the last-level cache of ``cache_bytes`` (``timer`` must not
-    flush): the widths whose weights fit :data:`RESIDENT_ROTATION` of it, several times over (None: none does)."""
+RESIDENT_MOST_ROWS = 512
+"""The most rows the resident grid times: a product of more runs at 512 rows' rate there (193 to 213
+GFLOP/s at 512 and 2,048 rows on the 2-core EPYC), and 2,048 rows' passes took two thirds of the grid's time."""
+
+RESIDENT_RERUNS = 4
+"""Untimed passes over a size's weights before its timed one. On the 2-core EPYC, after the other
+widths' passes, one row by each of 32 weights of 256 x 256 (8 MB) took 18.7, 14.7, 11.8 and 8.1 us
+a product after 1, 2, 3 and 5 passes of its own, 5.5 in a loop over them alone."""
+
+
+def resident_grid(budget: Budget, rows: Sequence[int], widths: Sequence[int], cache_bytes: int) -> Optional[ProductGrid]:
+    """float32's grid on a CPU with its weights in the last-level cache of ``cache_bytes``: the
+    widths whose weights fit :data:`RESIDENT_ROTATION` of it, several times over (None: none does),
+    each size's call a pass over them, timed after :data:`RESIDENT_RERUNS` untimed passes of its own,
+    as a model whose weights fit the cache runs every forward after its first. Before 2026-11-29 each
+    call took the next weight of the rotation, interleaved with the other sizes, which had evicted
+    it: one row by a 256 x 256 weight at 24 us, where a loop over 8 MB of such weights takes 5 us a
+    product and one over 64 MB 21, and Llama GQA's decode step was priced 33% over its time."""
     rotation = int(cache_bytes * RESIDENT_ROTATION)
     fitting = [width for width in widths if 2 * width * width * 4 <= rotation]
-    return product_grid(timer, torch.float32, budget, rows, fitting, rotation_bytes=rotation) if fitting else None
+    timer = CallTimer(torch.device("cpu"), flush=False, reruns=RESIDENT_RERUNS)
+    return product_grid(timer, torch.float32, budget, [row for row in rows if row <= RESIDENT_MOST_ROWS], fitting, rotation_bytes=rotation) if fitting else None
 
 
 BATCHED_SIZES = ((4, 16), (4, 32), (12, 16), (12, 32), *((batch, length) for batch in (12, 48) for length in (64, 128, 256, 512, 1024)))
