@@ -457,6 +457,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert set(spec.host_s) == set(HOST_KINDS) - set(LIBRARY_CALLS)  # a CPU's library calls are timed in their curves
     assert spec.host_s["dtensor"] > spec.host_s["op"] and spec.host_s["parallel_dtensor"] > spec.host_s["op"]  # DTensor's Python on top of the op's
     assert spec.host_s["fsdp_unit"] > 5 * spec.host_s["fsdp_tensor"] > 5 * spec.host_s["op"]  # FSDP2's hooks: a unit's Python, each tensor's bookkeeping
+    assert 0 < 20 * spec.host_s["bytecode"] < spec.host_s["module"]  # a module's call runs some 30 instructions of nn.Module's, and more of C
 
 
 def test_a_timer_that_produces_rewrites_an_activations_input_before_each_timed_call():

@@ -261,6 +261,9 @@ class EagerOpRecord(OpRecord):
         """The DTensor ops dispatched since the op recorded before this one, which this op ran for
         on this rank's shards (the dispatch front end counts them, as ``CommDebugMode`` lists them):
         each costs the host DTensor's dispatch."""
+        self.bytecode = 0
+        """The Python bytecode instructions the model's own code ran since the op before this one
+        (:mod:`jitflops.frontends.bytecode_count`; counted where a recording is asked to)."""
 
     @property
     def inputs(self) -> list[Any]:

@@ -427,7 +427,13 @@ class JitModelAnalysis:
 
     def _record_with_dispatch(self, model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], backward: Optional[BackwardFn]) -> OpSource:
         """The dispatch backend's recording; the composite calls :meth:`_whole_calls` names recorded whole."""
-        return record_with_dispatch(model, call, aliases, backward, whole=self._whole_calls())
+        return record_with_dispatch(model, call, aliases, backward, whole=self._whole_calls(), count_bytecode=self._counts_bytecode())
+
+    @classmethod
+    def _counts_bytecode(cls) -> bool:
+        """Whether the dispatch backend counts the model's Python bytecode between ops
+        (:mod:`jitflops.frontends.bytecode_count`): not for a count."""
+        return False
 
     @classmethod
     def _whole_calls(cls) -> tuple[str, ...]:

@@ -35,10 +35,11 @@ host time they take where a spec has none of theirs. On an H200 under ``torch.pr
 2.11), ``addmm`` took 29 us of its own, ``cudnn_convolution`` 49 and ``cudnn_batch_norm`` 25,
 against ``add``'s 10."""
 
-HOST_KINDS = ("op", "view", "scalar", "module", "backward", "dtensor", "parallel_dtensor", "fsdp_unit", "fsdp_tensor", *LIBRARY_CALLS)
+HOST_KINDS = ("op", "view", "scalar", "module", "bytecode", "backward", "dtensor", "parallel_dtensor", "fsdp_unit", "fsdp_tensor", *LIBRARY_CALLS)
 """What an eager step spends host time on: a call that dispatches a kernel, a view or other
-metadata-only op, a read of a size or scalar, an ``nn.Module`` call, the autograd engine's call
-of a backward op (no Python), and DTensor's dispatch of an op on top of the op it runs on this
+metadata-only op, a read of a size or scalar, an ``nn.Module`` call, a bytecode instruction of the
+model's own Python between its ops (:mod:`~jitflops.frontends.bytecode_count`; a spec without it
+prices none), the autograd engine's call of a backward op (no Python), and DTensor's dispatch of an op on top of the op it runs on this
 rank's shard (its sharding propagation, unwrapping the shards, wrapping the result): tensor
 parallelism's and FSDP2's parameters are DTensors. ``parallel_dtensor`` is that of an op in a module
 tensor parallelism sharded, its parallel style's conversions (``from_local``, ``redistribute``,

@@ -84,7 +84,7 @@ class OpTimes(Mapping[str, Handle]):
             host += op.dtensor_ops * self._spec.host_seconds("parallel_dtensor" if op.scope in self._parallel else "dtensor")
         if not backward:
             entered = modules_entered(self._module or "", op.scope, self._called) + (self._module is None)  # the model's own call first
-            host += entered * self._spec.host_seconds("module")
+            host += entered * self._spec.host_seconds("module") + getattr(op, "bytecode", 0) * self._spec.host_seconds("bytecode")
             self._module = op.scope
         return self._timeline.add(host, self.kernel(op), op.kind in FUSED_WHEN_COMPILED)
 
@@ -140,6 +140,11 @@ class PredictedTimeAnalysis(JitModelAnalysis):
     @classmethod
     def _default_ignored_ops(cls) -> frozenset[str]:
         return frozenset()  # every op costs the host its call, a view or a size read too
+
+    @classmethod
+    def _counts_bytecode(cls) -> bool:
+        """A prediction prices the model's Python between ops: its eager host time."""
+        return True
 
     @classmethod
     def _whole_calls(cls) -> tuple[str, ...]:

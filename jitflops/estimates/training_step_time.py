@@ -58,18 +58,19 @@ class _OptimizerStep(nn.Module):
         self.optimizer.step()
 
 
-def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFactory, fake_inputs: bool = False) -> DispatchTrace:
+def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFactory, fake_inputs: bool = False, count_bytecode: bool = False) -> DispatchTrace:
     """A steady step of the optimizer ``factory`` builds (:func:`~.optimizers.optimizer_factory`) on
     ``parameters``, recorded: each is given a zero gradient and the optimizer a first step (its
     state made), and the second step is recorded. DTensor parameters (tensor parallelism's, FSDP2's)
     take their DTensor ops with them (each op's host time is priced), in a parameter group of their
-    own beside plain ones (a ``foreach`` op takes one kind, not both)."""
+    own beside plain ones (a ``foreach`` op takes one kind, not both). ``count_bytecode``: the
+    optimizer's Python between its ops is counted on them (:mod:`~jitflops.frontends.bytecode_count`)."""
     for parameter in parameters:
         parameter.grad = torch.zeros_like(parameter)
     kinds = [[parameter for parameter in parameters if is_dtensor(parameter) == dtensor] for dtensor in (True, False)]
     stepper = _OptimizerStep(factory([{"params": group} for group in kinds] if all(kinds) else parameters))
     stepper()
-    return record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=fake_inputs, guarded=False)
+    return record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=fake_inputs, guarded=False, count_bytecode=count_bytecode)
 
 
 def optimizer_dtensor_ops(optimizer: OptimizerChoice = "adamw", foreach: bool = False) -> tuple[int, int]:
@@ -107,8 +108,8 @@ def predict_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mappin
         twin.train()
         aliases = module_aliases(twin)
         step = record_with_dispatch(twin, fake_call, aliases, backward or loss_backward, fake_inputs=True, guarded=False, whole=WHOLE_CALLS,
-                                    whole_as_on_a_gpu=not is_cpu_spec(spec))
-        update = record_optimizer_step([parameter for parameter in twin.parameters() if parameter.requires_grad], factory, fake_inputs=True)
+                                    whole_as_on_a_gpu=not is_cpu_spec(spec), count_bytecode=True)
+        update = record_optimizer_step([parameter for parameter in twin.parameters() if parameter.requires_grad], factory, fake_inputs=True, count_bytecode=True)
     by_phase = {FORWARD: 0.0, BACKWARD: 0.0}
     for op, seconds in predicted_statistics(step, spec, mode, aliases).counts[""].items():
         by_phase[BACKWARD if op.partition(".")[0] in _PHASES else FORWARD] += seconds

@@ -24,6 +24,7 @@ it if it is the model's (:meth:`~jitflops.core.model_guard.ModelSnapshot.save_be
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.module_tracker import ModuleTracker
 
 from ..core.errors import TraceError
+from .bytecode_count import BytecodeCounter
 from .flex_attention_ops import FLEX_ATTENTION_ARGUMENTS, FLEX_ATTENTION_KIND, flex_attention_uncompiled, register_flex_attention
 from ..handles.attention import SOFTMAX_KINDS
 from ..handles.spectral import FFT_KINDS
@@ -337,9 +339,12 @@ class _OpRecorder(TorchDispatchMode):
     shardings is not work, and is not recorded (unless the model itself runs on fake tensors).
     """
 
-    def __init__(self, tracker: _ScopeTracker, module_names: Mapping[str, str], before_write: Callable[[torch.Tensor], None], fake_ops_are_work: bool = False) -> None:
+    def __init__(self, tracker: _ScopeTracker, module_names: Mapping[str, str], before_write: Callable[[torch.Tensor], None], fake_ops_are_work: bool = False,
+                 bytecode: Optional[BytecodeCounter] = None) -> None:
         super().__init__()
         self.tracker = tracker
+        self.bytecode = bytecode
+        """Counts the model's Python bytecode between ops (:attr:`EagerOpRecord.bytecode`), where asked."""
         self.module_names = module_names
         """The canonical name of each module, under the name the tracker gives it (the root has none)."""
         self.before_write = before_write
@@ -367,9 +372,16 @@ class _OpRecorder(TorchDispatchMode):
         record = signature.record(args, kwargs, output, path.rpartition("/")[2], self.tracker.phase)
         record.nested = self._call_with_an_op == self.python_calls  # the Python call made an op already
         record.dtensor_ops, self.dtensor_ops = self.dtensor_ops, 0
+        if self.bytecode is not None and record.phase == FORWARD:
+            record.bytecode = self.bytecode.take()
         self._call_with_an_op = self.python_calls
         self.records.append((path, record))
         self.masked_scores.after(path, record)
+
+    def after_the_forward(self, bytecode: int) -> None:
+        """The model's Python after its last op (its output's making) on that op's record."""
+        if self.records:
+            self.records[-1][1].bytecode += bytecode
 
     def _current_scope(self) -> str:
         last_parents, last_scope = self._last_scope
@@ -518,6 +530,11 @@ def loss_backward(output: Any) -> None:
         default_backward(output)
 
 
+def _recorders_functions() -> list[Callable[..., Any]]:
+    """The functions of the recording's own modes and module tracker, which an eager run does not run."""
+    return [function for kind in (_OpRecorder, _FunctionLevelRecorder, _ScopeTracker) for function in vars(kind).values() if inspect.isfunction(function)]
+
+
 def record_with_dispatch(
     model: nn.Module,
     call: ModelCall,
@@ -527,6 +544,7 @@ def record_with_dispatch(
     guarded: bool = True,
     whole: Sequence[str] = (),
     whole_as_on_a_gpu: bool = False,
+    count_bytecode: bool = False,
 ) -> DispatchTrace:
     """Run ``model`` on ``call`` eagerly under a dispatch mode (and ``backward`` on its output).
     ``fake_inputs``: the call's tensors are fake (sizes in symbols, :mod:`jitflops.engine.symbolic_counts`),
@@ -534,6 +552,8 @@ def record_with_dispatch(
     meta kernels that accept what the devices' kernels run (:data:`~jitflops.frontends.meta_values.DEVICE_META_KERNELS`).
     ``whole``: calls recorded as one op, run there by their fused kernel (:data:`AS_ITS_FUSED_KERNEL`;
     ``whole_as_on_a_gpu``: by a GPU's, :data:`AS_A_GPUS_FUSED_KERNEL`), their backward too.
+    ``count_bytecode``: each forward op's record carries the model's Python bytecode run since the op
+    before it (:mod:`jitflops.frontends.bytecode_count`).
 
     The model comes back unchanged, gradients included: the backward runs on fresh ``.grad``
     fields, and every parameter's and input's ``.grad`` is put back afterwards. ``guarded=False``:
@@ -544,7 +564,7 @@ def record_with_dispatch(
     (:func:`~jitflops.frontends.traced_path.on_the_traced_path`), which reads none: the JIT's
     count of a meta model takes that path too.
     """
-    arguments = (model, call, aliases, backward, fake_inputs, guarded, whole, whole_as_on_a_gpu)
+    arguments = (model, call, aliases, backward, fake_inputs, guarded, whole, whole_as_on_a_gpu, count_bytecode)
     try:
         return _recorded(*arguments)
     except TraceError as error:
@@ -555,7 +575,7 @@ def record_with_dispatch(
 
 
 def _recorded(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], backward: Optional[BackwardFn], fake_inputs: bool, guarded: bool,
-              whole: Sequence[str], whole_as_on_a_gpu: bool) -> DispatchTrace:
+              whole: Sequence[str], whole_as_on_a_gpu: bool, count_bytecode: bool) -> DispatchTrace:
     """One run of :func:`record_with_dispatch`."""
     # ModuleTracker names modules ``RootType.child.grandchild``, by any path that reaches them; the
     # root is the "" every scope starts with.
@@ -569,6 +589,7 @@ def _recorded(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], bac
         tensor.grad = None
     _flex_attention_recorded()
     tracker = _ScopeTracker(backward is not None)
+    bytecode = BytecodeCounter(_recorders_functions()) if count_bytecode else None
     recorder: Optional[_OpRecorder] = None
     # What the recording leaves in reference cycles goes when it ends if it ran collectives: a
     # process whose ranks ran collectives aborted at exit otherwise, 3 runs in 8 (a collection of
@@ -581,11 +602,15 @@ def _recorded(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], bac
             meta_kernels(DEVICE_META_KERNELS) if fake_inputs or holds_meta(list(model.parameters()), call) else nullcontext(),
             torch.set_grad_enabled(backward is not None),
             tracker,
-            _OpRecorder(tracker, module_names, snapshot.save_before_write, fake_inputs) as recorder,
+            _OpRecorder(tracker, module_names, snapshot.save_before_write, fake_inputs, bytecode) as recorder,
             _FunctionLevelRecorder(recorder, {function: kind for kind in whole for function in _python_entry_points(kind)},
                                    AS_A_GPUS_FUSED_KERNEL if whole_as_on_a_gpu else AS_ITS_FUSED_KERNEL),
+            bytecode or nullcontext(),
         ):
             output = call.run(model)
+            if bytecode is not None:
+                bytecode.__exit__()
+                recorder.after_the_forward(bytecode.take())
             if backward is not None:
                 backward(output)
     except Exception as error:
