@@ -19,6 +19,7 @@ from torch import nn
 
 from jitflops.core.records import BACKWARD, EagerOpRecord, TensorMeta
 from jitflops.estimates.costs import kernel_seconds
+from jitflops.estimates.costs.attention import DECODE_QUERIES
 from jitflops.estimates.devices import HOST_KINDS, LIBRARY_CALLS, DeviceSpec, DeviceSpecError
 from jitflops.estimates.execution import Timeline, host_kind, modules_entered
 from jitflops.estimates.generation_time import predict_generation
@@ -328,7 +329,8 @@ def test_a_grouped_grid_whose_budget_timed_only_its_smallest_cell_takes_that_rat
 
 def test_a_decode_steps_attention_reads_the_decode_curve():
     """One query over 512 cached keys (a decode step's) is priced on the decode curve, by its FLOPs;
-    two queries on the plain one."""
+    a few (a grouped-query decode step's heads folded into positions) at one query's FLOPs, a read
+    of the cache; more queries than that on the plain curve."""
     spec = _spec(kernel_curves={**_spec().kernel_curves, "decode_attention.float32": ((1000.0, 7e-6), (1e9, 7.0))})
     keys = _meta(1, 8, 512, 64)
 
@@ -336,7 +338,8 @@ def test_a_decode_steps_attention_reads_the_decode_curve():
         return EagerOpRecord("aten::scaled_dot_product_attention", [_meta(1, 8, queries, 64), keys, keys], [_meta(1, 8, queries, 64)], ["query", "key", "value"])
     flops = 4.0 * 8 * 512 * 64
     assert kernel_seconds(attention(1), spec, flops, 0) == pytest.approx(7e-9 * flops)
-    assert kernel_seconds(attention(2), spec, 2 * flops, 0) == pytest.approx(1e-9 * 2 * flops)
+    assert kernel_seconds(attention(DECODE_QUERIES), spec, DECODE_QUERIES * flops, 0) == pytest.approx(7e-9 * flops)
+    assert kernel_seconds(attention(DECODE_QUERIES + 1), spec, (DECODE_QUERIES + 1) * flops, 0) == pytest.approx(1e-9 * (DECODE_QUERIES + 1) * flops)
 
 
 def test_attention_that_drops_out_on_a_cpu_is_priced_on_its_math_path():

@@ -201,7 +201,11 @@ def decoder(name: str) -> torch.nn.Module:
 
 
 def generation(model: torch.nn.Module, ids: torch.Tensor, runs: int = 3) -> tuple[float, float]:
-    """The prefill's forward and the mean decode step's, each timed by hooks, medians of ``runs`` generations."""
+    """The prefill's forward and the mean decode step's, each timed by hooks, medians of ``runs``
+    generations. The prompt's mask is given (no padding): without one, ``generate`` masks every
+    position holding the pad token (the random prompt's zeros), and transformers' attention then
+    reads a padding mask and folds a grouped-query model's heads into query positions (Llama GQA's
+    decode step 200 ops against 168, until 2026-11-29)."""
     times: list[float] = []
     started: list[float] = []
     pre = model.register_forward_pre_hook(lambda module, args: started.append(time.perf_counter()))
@@ -211,7 +215,7 @@ def generation(model: torch.nn.Module, ids: torch.Tensor, runs: int = 3) -> tupl
         for _ in range(runs + 1):
             times.clear()
             with torch.no_grad():
-                model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+                model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
             per_run.append((times[0], statistics.mean(times[1:])))
     finally:
         pre.remove()
