@@ -18,6 +18,7 @@ debugger, a coverage run), nothing is counted: it keeps its trace.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Callable, Iterable, Iterator, Optional
@@ -114,6 +115,20 @@ class BytecodeCounter:
         if event == "opcode":
             self.count += 1
         return self._on_opcode
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No trace function while the body runs (the recorder's own work on an op: the meta
+        kernels' Python runs many frames, and a trace function's call on each made a prediction of
+        Llama-8B on meta 2.9 times as long); the frames running keep theirs, and go on counting after it."""
+        if not self._active:
+            yield
+            return
+        sys.settrace(None)
+        try:
+            yield
+        finally:
+            sys.settrace(self._on_call)
 
     def __enter__(self) -> "BytecodeCounter":
         self._active = sys.gettrace() is None

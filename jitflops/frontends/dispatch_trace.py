@@ -397,7 +397,12 @@ class _OpRecorder(TorchDispatchMode):
         return scope
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
-        kwargs = kwargs or {}
+        if self.bytecode is None:
+            return self._dispatch(func, types, args, kwargs or {})
+        with self.bytecode.paused():
+            return self._dispatch(func, types, args, kwargs or {})
+
+    def _dispatch(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         if types and dispatches_to_dtensor(types):
             self.dtensor_ops += 1
             return NotImplemented
@@ -435,7 +440,12 @@ class _FunctionLevelRecorder(TorchFunctionMode):
         self.fused = fused
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
-        kwargs = kwargs or {}
+        if self.ops.bytecode is None:
+            return self._call(func, args, kwargs or {})
+        with self.ops.bytecode.paused():
+            return self._call(func, args, kwargs or {})
+
+    def _call(self, func: Any, args: tuple, kwargs: dict) -> Any:
         self.ops.python_calls += 1  # the calls it makes run with this mode off: one a call of Python's
         kind = self.function_level.get(func)
         if kind is None or self.ops.inside_function_level_op:
