@@ -14,7 +14,9 @@ hooks (this package's recording code, torch's ``ModuleTracker``, its dispatch an
 pause the count while they work on an op), torch's meta
 kernels and decompositions written in Python (a meta copy's ops run them), and ``nn.Module``'s call
 machinery, priced per module call (``host_s["module"]``). Where another trace function is set (a
-debugger, a coverage run), nothing is counted: it keeps its trace.
+debugger, a coverage run), nothing is counted: it keeps its trace. On Python 3.13 and later, whose
+``sys.settrace`` sends a frame's opcode events only in part (6 of a 9-instruction function's, none
+of the first frame's), nothing is counted either (:data:`COUNTS_ON_THIS_PYTHON`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ NOT_EAGER_CODE = tuple(os.path.join(_TORCH, *path.split("/")) for path in (
     "utils/_python_dispatch.py", "utils/module_tracker.py", "autograd/graph.py"))
 """Torch's files whose code a recording runs and an eager run on a device does not (path
 prefixes): what their code calls is not counted either (the meta kernels' checks)."""
+
+
+COUNTS_ON_THIS_PYTHON = sys.version_info < (3, 13)
+"""Whether ``sys.settrace`` sends every instruction's opcode event here: up to Python 3.12 (3.12
+once a frame has asked for them before the trace is set, which :class:`BytecodeCounter` does)."""
 
 
 def _with_nested(code: CodeType) -> Iterator[CodeType]:
@@ -134,9 +141,12 @@ class BytecodeCounter:
             sys.settrace(self._on_call)
 
     def __enter__(self) -> "BytecodeCounter":
-        self._active = sys.gettrace() is None
+        self._active = COUNTS_ON_THIS_PYTHON and sys.gettrace() is None
         if self._active:
+            asking = sys._getframe()
+            asking.f_trace_opcodes = True  # Python 3.12 sends opcode events only where a frame had asked before the trace was set
             sys.settrace(self._on_call)
+            asking.f_trace_opcodes = False
         return self
 
     def __exit__(self, *args: Any) -> None:
