@@ -24,7 +24,6 @@ it if it is the model's (:meth:`~jitflops.core.model_guard.ModelSnapshot.save_be
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -540,11 +539,6 @@ def loss_backward(output: Any) -> None:
         default_backward(output)
 
 
-def _recorders_functions() -> list[Callable[..., Any]]:
-    """The functions of the recording's own modes and module tracker, which an eager run does not run."""
-    return [function for kind in (_OpRecorder, _FunctionLevelRecorder, _ScopeTracker) for function in vars(kind).values() if inspect.isfunction(function)]
-
-
 def record_with_dispatch(
     model: nn.Module,
     call: ModelCall,
@@ -599,7 +593,7 @@ def _recorded(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], bac
         tensor.grad = None
     _flex_attention_recorded()
     tracker = _ScopeTracker(backward is not None)
-    bytecode = BytecodeCounter(_recorders_functions()) if count_bytecode else None
+    bytecode = BytecodeCounter() if count_bytecode else None
     recorder: Optional[_OpRecorder] = None
     # What the recording leaves in reference cycles goes when it ends if it ran collectives: a
     # process whose ranks ran collectives aborted at exit otherwise, 3 runs in 8 (a collection of
