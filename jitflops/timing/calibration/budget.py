@@ -134,9 +134,10 @@ class CallTimer:
             for activation in run.activations:
                 activation.mul_(1)
             synchronize(self.device)
-        for _ in range(self.reruns):
-            run()
-        synchronize(self.device)
+        if self.reruns:
+            for _ in range(self.reruns):
+                run()
+            synchronize(self.device)
         if self.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda._sleep(QUEUED_CYCLES)
