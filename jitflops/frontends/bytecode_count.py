@@ -149,7 +149,6 @@ class BytecodeCounter:
         return self
 
     def __exit__(self, *args: Any) -> None:
-        """Stops counting (again: a no-op)."""
         if self._active:
             sys.settrace(None)
             self._active = False

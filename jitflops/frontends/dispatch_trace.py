@@ -609,11 +609,10 @@ def _recorded(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], bac
             _OpRecorder(tracker, module_names, snapshot.save_before_write, fake_inputs, bytecode) as recorder,
             _FunctionLevelRecorder(recorder, {function: kind for kind in whole for function in _python_entry_points(kind)},
                                    AS_A_GPUS_FUSED_KERNEL if whole_as_on_a_gpu else AS_ITS_FUSED_KERNEL),
-            bytecode or nullcontext(),
         ):
-            output = call.run(model)
+            with bytecode or nullcontext():
+                output = call.run(model)
             if bytecode is not None:
-                bytecode.__exit__()
                 recorder.after_the_forward(bytecode.take())
             if backward is not None:
                 backward(output)
