@@ -5,6 +5,7 @@ is emulated."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -291,6 +292,25 @@ def test_a_one_by_one_convolution_reads_the_pointwise_grid_where_the_spec_has_on
         _spec(pointwise_products={"fp33": pointwise})
 
 
+def test_a_model_whose_weights_the_cache_holds_reads_its_one_by_one_convolutions_from_the_cache_grid():
+    """A 1 x 1 convolution of 16 to 64 channels (4 KB of weights) fits half of a 1 MB cache: it
+    takes the resident pointwise grid's rate (8e10 FLOP/s), not the pointwise grid's (2e10); with
+    a 4 KB cache, the pointwise grid's; a spec without a resident pointwise grid keeps its own."""
+    pointwise = ProductGrid((1, 100_000), (100, 10_000), ((2e10, 2e10), (2e10, 2e10)))
+    resident = ProductGrid((1, 100_000), (100, 10_000), ((8e10, 8e10), (8e10, 8e10)))
+    model, x = nn.Conv2d(16, 64, 1, bias=False), torch.randn(1, 16, 56, 56)
+    flops = 2.0 * 56 * 56 * 16 * 64
+    cold = PredictedTimeAnalysis(model, x, device=_spec(pointwise_products={"float32": pointwise})).total()
+    spec = _spec(cache_bytes=2**20, pointwise_products={"float32": pointwise}, resident_pointwise_products={"float32": resident})
+    assert PredictedTimeAnalysis(model, x, device=spec).total() == pytest.approx(cold - flops / 2e10 + flops / 8e10)
+    assert PredictedTimeAnalysis(model, x, device=dataclasses.replace(spec, cache_bytes=4096)).total() == pytest.approx(cold)
+    assert spec.for_weights(4096).pointwise_products["float32"] is resident and spec.for_weights(4096).products == spec.products
+    assert DeviceSpec.from_mapping(__import__("json").loads(spec.to_json())) == spec
+    assert spec.time_shared(0.5).resident_pointwise_products["float32"].rate(1, 100) == pytest.approx(4e10)
+    with pytest.raises(DeviceSpecError, match="resident_pointwise_products"):
+        _spec(resident_pointwise_products={"fp33": resident})
+
+
 def test_a_grouped_convolution_reads_the_grouped_grid_by_its_reduction_and_flops():
     """A grouped 3 x 3 convolution (8 channels a group: a reduction of 72 per output) is priced on
     the spec's grouped grid by its reduction and FLOPs; without one on the dense curve, as a
@@ -457,6 +477,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
         assert spec.cache_bytes == int(last[1])
         assert spec.resident_products["float32"].weights[-1] * 4 * 2 <= spec.cache_bytes * RESIDENT_ROTATION  # the widths two weights of which a quarter of it holds
         assert spec.resident_products["float32"].rows[-1] == RESIDENT_MOST_ROWS
+        assert spec.resident_pointwise_products["float32"].rows == spec.pointwise_products["float32"].rows  # the same 1 x 1 grid, each call after one of its own
     assert set(spec.host_s) == set(HOST_KINDS) - set(LIBRARY_CALLS)  # a CPU's library calls are timed in their curves
     assert spec.host_s["dtensor"] > spec.host_s["op"] and spec.host_s["parallel_dtensor"] > spec.host_s["op"]  # DTensor's Python on top of the op's
     assert spec.host_s["fsdp_unit"] > 5 * spec.host_s["fsdp_tensor"] > 5 * spec.host_s["op"]  # FSDP2's hooks: a unit's Python, each tensor's bookkeeping

@@ -107,6 +107,10 @@ class DeviceSpec:
     pointwise_products: Mapping[str, ProductGrid] = field(default_factory=dict)
     """1 x 1 convolutions' rates per dtype key, by positions and weight size (``jitflops calibrate``
     on a CPU): oneDNN's convolution of a channels-first image, not the product of the same shape."""
+    resident_pointwise_products: Mapping[str, ProductGrid] = field(default_factory=dict)
+    """1 x 1 convolutions' rates per dtype key as a model whose weights fit the last-level cache
+    runs them (``jitflops calibrate`` on a CPU: each call right after one of its own, its weights,
+    oneDNN's buffers and its output's memory in the caches; :meth:`for_weights`)."""
     product_aspects: Mapping[str, ProductGrid] = field(default_factory=dict)
     """Product rates per dtype key of one weight size (the product grid's middle width squared), by
     rows and the weight's inner width K, half, equal to and twice that width (``jitflops calibrate``):
@@ -142,9 +146,11 @@ class DeviceSpec:
                 problems.append(f"{name} must be in (0, 1], got {value!r}")
         if not isinstance(self.launch_s, (int, float)) or self.launch_s < 0:
             problems.append(f"launch_s must be a non-negative number of seconds, got {self.launch_s!r}")
-        for key in [*self.products, *self.emulated, *self.resident_products, *self.pointwise_products, *self.product_aspects, *self.grouped_convolutions]:
+        for key in [*self.products, *self.emulated, *self.resident_products, *self.pointwise_products, *self.resident_pointwise_products, *self.product_aspects,
+                    *self.grouped_convolutions]:
             if key not in DTYPE_KEYS:
-                problems.append(f"products, resident_products, pointwise_products, product_aspects, grouped_convolutions and emulated take dtype keys, "
+                problems.append(f"products, resident_products, pointwise_products, resident_pointwise_products, product_aspects, grouped_convolutions and emulated "
+                                f"take dtype keys, "
                                 f"got {key!r} (known: {', '.join(DTYPE_KEYS)})")
         for family, points in self.kernel_curves.items():
             if not points or any(len(point) != 2 or not point[0] > 0 or not point[1] > 0 for point in points) or list(points) != sorted(points):
@@ -180,12 +186,14 @@ class DeviceSpec:
         return self.compute_efficiency * curve[-1][1]
 
     def for_weights(self, weight_bytes: int) -> "DeviceSpec":
-        """The spec a model with ``weight_bytes`` of weights runs on: its products read from the cache
-        (:attr:`resident_products`) where the weights take at most :data:`RESIDENT_SHARE` of
-        :attr:`cache_bytes` (the rest holds the activations), this spec otherwise."""
-        if not self.resident_products or self.cache_bytes is None or weight_bytes > RESIDENT_SHARE * self.cache_bytes:
+        """The spec a model with ``weight_bytes`` of weights runs on: its products and 1 x 1
+        convolutions read from the cache's grids (:attr:`resident_products`,
+        :attr:`resident_pointwise_products`) where the weights take at most :data:`RESIDENT_SHARE`
+        of :attr:`cache_bytes` (the rest holds the activations), this spec otherwise."""
+        if not (self.resident_products or self.resident_pointwise_products) or self.cache_bytes is None or weight_bytes > RESIDENT_SHARE * self.cache_bytes:
             return self
-        return dataclasses.replace(self, products={**self.products, **self.resident_products})
+        return dataclasses.replace(self, products={**self.products, **self.resident_products},
+                                   pointwise_products={**self.pointwise_products, **self.resident_pointwise_products})
 
     def time_shared(self, share: float) -> "DeviceSpec":
         """This spec for a process that gets ``share`` of its cores' time: more processes than cores
@@ -203,7 +211,7 @@ class DeviceSpec:
             memory_bandwidth=self.memory_bandwidth * share, launch_s=self.launch_s / share, host_s={kind: value / share for kind, value in self.host_s.items()},
             kernel_curves={family: tuple((work, seconds / share) for work, seconds in curve) for family, curve in self.kernel_curves.items()},
             products=grids(self.products), resident_products=grids(self.resident_products), pointwise_products=grids(self.pointwise_products),
-            product_aspects=grids(self.product_aspects), grouped_convolutions=grids(self.grouped_convolutions))
+            resident_pointwise_products=grids(self.resident_pointwise_products), product_aspects=grids(self.product_aspects), grouped_convolutions=grids(self.grouped_convolutions))
 
     def kernels_only(self) -> "DeviceSpec":
         """This spec without the host's time per call or a launch's: what its kernels alone take."""
@@ -231,7 +239,7 @@ class DeviceSpec:
         curve = tuple(tuple(point) for point in document.get("compute_curve", ()))
         curves = {key: tuple(tuple(point) for point in points) for key, points in document.get("dtype_curves", {}).items()}
         grids = {}
-        for name in ("products", "resident_products", "pointwise_products", "product_aspects", "grouped_convolutions"):
+        for name in ("products", "resident_products", "pointwise_products", "resident_pointwise_products", "product_aspects", "grouped_convolutions"):
             try:
                 grids[name] = {key: ProductGrid.from_mapping(grid) for key, grid in document.get(name, {}).items()}
             except (KeyError, TypeError, ValueError) as error:

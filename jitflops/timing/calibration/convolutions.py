@@ -47,6 +47,15 @@ EfficientNet's 3,840 to 640 channels ran at 243 (991 µs a call, priced at 1,865
 POINTWISE_MOST_FLOPS = 2e9
 """1 x 1 convolutions above this many FLOPs are not timed: the grid takes the rate of the largest timed one of their row."""
 
+POINTWISE_RESIDENT_RERUNS = 1
+"""Untimed calls of a 1 x 1 convolution of the resident grid (what a model whose weights fit the
+last-level cache runs) just before its timed one: its weights, oneDNN's buffers and its output's
+memory where the forward before left them. Timed among the other sizes of the grid, whose largest
+write 26 MB, those had left the caches: on the 2-core EPYC MobileNetV2's 32 to 192 channels over
+28 x 28 positions took 154 us a call in the grid, 60 us in a loop and 86 to 99 us in the model's
+forward (``profile_model``), and its 1 x 1 convolutions over 28 x 28 and 14 x 14 were priced 23% to
+98% over their time; after one call of its own, 96 us."""
+
 GROUP_WIDTHS = (4, 8, 16, 64, 128)
 """Input channels per group of the grouped grid (3 x 3 kernels: reductions of 36 to 1,152): ResNeXt's
 4 to 32, RegNetX's 8 to 24, RegNetY's 64, and wider."""
