@@ -118,6 +118,9 @@ def test_a_products_rate_follows_its_weights_shape_where_the_spec_has_its_aspect
     assert kernel_seconds(narrowing, spec, flops, 1.0) == pytest.approx(flops / (1e11 * 1.25))
     assert kernel_seconds(square, spec, flops, 1.0) == pytest.approx(flops / 1e11)
     assert kernel_seconds(widening, _spec(), flops, 1.0) == pytest.approx(flops / 1e11)  # a spec without aspects: the grid alone
+    narrowing_only = _spec(product_aspects={"float32": ProductGrid((1, 1000), (100, 200), ((1.0, 1.0), (1.0, 1.25)))})  # a CPU's: no widening K
+    assert kernel_seconds(widening, narrowing_only, flops, 1.0) == pytest.approx(flops / 1e11)  # at the square one's rate
+    assert kernel_seconds(narrowing, narrowing_only, flops, 1.0) == pytest.approx(flops / (1e11 * 1.25))
 
 
 def test_each_family_reads_its_own_curve_by_its_own_work():
@@ -465,7 +468,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert elapsed < 6 + 4, f"calibrate took {elapsed:.1f} s on a 6 s budget"
     assert spec.emulated == ("bfloat16",) and set(spec.products) == {"float32", "bfloat16"}
     assert spec.products["bfloat16"].rows == (1, 8, 16, 32)  # emulated: small products only
-    assert set(spec.product_aspects) == {"float32"} and spec.product_aspects["float32"].weights == (512, 1024, 2048)  # the middle width's shapes
+    assert set(spec.product_aspects) == {"float32"} and spec.product_aspects["float32"].weights == (1024, 2048)  # the middle width's square and narrowing shapes (a CPU's: no widening one)
     assert set(spec.pointwise_products) == {"float32"} and spec.pointwise_products["float32"].rows == (1, 49, 196, 784, 3136, 12544)  # 1 x 1 convolutions: not of an emulated dtype; one position: a squeeze-and-excitation's
     assert spec.pointwise_products["float32"].weights[-1] == 4 * 1024 * 1024  # as wide as ResNet-50's last stage (2,048 channels), EfficientNet's
     assert set(spec.grouped_convolutions) == {"float32"} and spec.grouped_convolutions["float32"].rows == (36, 72, 144, 576, 1152)  # grouped 3 x 3: 4 to 128 channels a group

@@ -28,11 +28,12 @@ def product_seconds(spec: DeviceSpec, dtype: str, rows: float, weight: float, fl
 
 def aspect_factor(spec: DeviceSpec, dtype: str, rows: float, weight: float, inner: Optional[float]) -> float:
     """A weight of K = ``inner`` by N = ``weight`` / K: its product's rate against a square weight's
-    of its size, read from the spec's aspects (1: none, or no K) at the same K over N."""
+    of its size, read from the spec's aspects (1: none, or no K) at the same K over N; one that
+    widens more than the aspects' narrowest K (a CPU's: the square one) at that K's rate."""
     aspects = spec.product_aspects.get(dtype) or spec.product_aspects.get("float32")
     if aspects is None or not inner:
         return 1.0
-    square = aspects.weights[len(aspects.weights) // 2]  # K = N: the middle of half, equal and twice the width
+    square = aspects.weights[-1] / 2  # K = N: half the widest K, twice the width, whether the aspects time half the width or not
     return aspects.rate(rows, inner * square / math.sqrt(weight)) / aspects.rate(rows, square)
 
 

@@ -148,13 +148,22 @@ def filled_rates(rows: Sequence[int], columns: Sequence[int], timed: dict[tuple[
                  for line in filled)
 
 
-def aspect_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequence[int], width: int, most_flops: float = float("inf")) -> ProductGrid:
+def aspect_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequence[int], width: int, most_flops: float = float("inf"),
+                widening: bool = True) -> ProductGrid:
     """Rates of products of one weight size, ``width`` squared, by rows and the weight's inner width K:
-    half, equal to and twice ``width`` (N the rest), timed in interleaved passes while ``budget`` lasts
-    (a row over ``most_flops`` takes the rates of the row below). MKL runs a weight that narrows its
-    input faster than the square one of its size, and one that widens it slower: on the 2-core
-    EPYC, 128 rows by 2,048 x 512 at 146 GFLOP/s, by 1,024 x 1,024 at 123, by 512 x 2,048 at 112."""
-    inners = (width // 2, width, 2 * width)
+    half (where ``widening``), equal to and twice ``width`` (N the rest), timed in interleaved passes
+    while ``budget`` lasts (a row over ``most_flops`` takes the rates of the row below). MKL runs a
+    weight that narrows its input faster than the square one of its size: on the 2-core EPYC, 128
+    rows by 2,048 x 512 at 146 GFLOP/s, by 1,024 x 1,024 at 123. One that widens it ran slower here
+    (512 x 2,048 at 112, 0.79 to 0.95 of the square one's rate by rows), but not in a model's forward:
+    read so until 2026-11-29, it priced the widening layers of the studied models over their time
+    (BERT-base's ``intermediate.dense`` +17%, GPT-2's ``c_fc`` +11%, their worst modules). A CPU's
+    calibration leaves it out (``widening`` False), and a widening weight reads the square one's
+    rate (:func:`~jitflops.estimates.costs.products.aspect_factor`): on one spec the leaf modules'
+    median error went from 11% and 8% to 5-7% and 2% (BERT-base, GPT-2), and on the held-out models
+    from 16% to 8% (T5-small), 19% to 15% (Swin-T), 16% to 12% (ConvNeXt-T) and 9% to 3% (ViT-B/16).
+    A GPU's keeps it: nothing measured there says otherwise."""
+    inners = (width // 2, width, 2 * width) if widening else (width, 2 * width)
     cells = sorted((2.0 * row * width * width, row, inner) for row in rows for inner in inners if 2.0 * row * width * width <= most_flops)
 
     def maker(row: int, inner: int) -> Maker:
