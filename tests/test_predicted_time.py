@@ -77,7 +77,7 @@ def test_a_spec_for_a_process_with_half_its_cores_time_gives_every_time_twice():
     on a spec whose process gets half of its cores' time takes twice as long, to the rounding."""
     grid = ProductGrid((1, 1000), (100, 10_000), ((4e10, 4e10), (4e11, 4e11)))
     spec = _spec(cache_bytes=2**20, resident_products={"float32": grid}, pointwise_products={"float32": grid}, product_aspects={"float32": grid},
-                 grouped_convolutions={"float32": grid})
+                 grouped_convolutions={"float32": grid}, three_by_three_convolutions={"float32": grid}, resident_pointwise_products={"float32": grid})
     shared = spec.time_shared(0.5)
     x = torch.randn(1000, 100)
     alone, halved = predict_training_step(_Mlp(), x, device=spec), predict_training_step(_Mlp(), x, device=shared)
@@ -295,6 +295,30 @@ def test_a_one_by_one_convolution_reads_the_pointwise_grid_where_the_spec_has_on
         _spec(pointwise_products={"fp33": pointwise})
 
 
+def test_a_three_by_three_convolution_of_stride_one_reads_its_grid_by_positions_and_weight():
+    """ResNet's 3 x 3 convolutions are all 231 MFLOPs; the grid of dense 3 x 3 ones of stride 1
+    prices 512 channels over 7 x 7 positions at its rate there (1e11 FLOP/s), 64 over 56 x 56 at its
+    own (4e11); one of stride 2, a grouped one and a spec without the grid: the dense curve."""
+    grid = ProductGrid((49, 3136), (9 * 64 * 64, 9 * 512 * 512), ((1e10, 1e11), (4e11, 4e11)))
+    spec = _spec(three_by_three_convolutions={"float32": grid})
+
+    def convolution(channels: int, size: int, stride: int = 1, groups: int = 1) -> EagerOpRecord:
+        out = (size - 1) // stride + 1
+        return EagerOpRecord("aten::convolution", [_meta(1, channels, size, size), _meta(channels, channels // groups, 3, 3), None, [stride, stride], [1, 1], [1, 1],
+                                                   False, [0, 0], groups], [_meta(1, channels, out, out)],
+                             ["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"])
+    flops = 2.0 * 9 * 512 * 512 * 49
+    assert flops == 2.0 * 9 * 64 * 64 * 3136
+    assert kernel_seconds(convolution(512, 7), spec, flops, 0) == pytest.approx(flops / 1e11)
+    assert kernel_seconds(convolution(64, 56), spec, flops, 0) == pytest.approx(flops / 4e11)
+    assert kernel_seconds(convolution(64, 112, stride=2), spec, flops, 0) == pytest.approx(1e-9 * flops)  # the dense curve: 1 ns a FLOP
+    assert kernel_seconds(convolution(512, 7, groups=32), spec, flops / 32, 0) == pytest.approx(1e-9 * flops / 32)
+    assert kernel_seconds(convolution(512, 7), _spec(), flops, 0) == pytest.approx(1e-9 * flops)
+    assert DeviceSpec.from_mapping(__import__("json").loads(spec.to_json())) == spec
+    with pytest.raises(DeviceSpecError, match="three_by_three_convolutions"):
+        _spec(three_by_three_convolutions={"fp33": grid})
+
+
 def test_a_model_whose_weights_the_cache_holds_reads_its_one_by_one_convolutions_from_the_cache_grid():
     """A 1 x 1 convolution of 16 to 64 channels (4 KB of weights) fits half of a 1 MB cache: it
     takes the resident pointwise grid's rate (8e10 FLOP/s), not the pointwise grid's (2e10); with
@@ -471,6 +495,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert set(spec.product_aspects) == {"float32"} and spec.product_aspects["float32"].weights == (1024, 2048)  # the middle width's square and narrowing shapes (a CPU's: no widening one)
     assert set(spec.pointwise_products) == {"float32"} and spec.pointwise_products["float32"].rows == (1, 49, 196, 784, 3136, 12544)  # 1 x 1 convolutions: not of an emulated dtype; one position: a squeeze-and-excitation's
     assert spec.pointwise_products["float32"].weights[-1] == 4 * 1024 * 1024  # as wide as ResNet-50's last stage (2,048 channels), EfficientNet's
+    assert set(spec.three_by_three_convolutions) == {"float32"} and spec.three_by_three_convolutions["float32"].rows == (49, 196, 784, 3136, 12544)  # ResNet's stages
     assert set(spec.grouped_convolutions) == {"float32"} and spec.grouped_convolutions["float32"].rows == (36, 72, 144, 576, 1152)  # grouped 3 x 3: 4 to 128 channels a group
     assert {"copy", "transpose", "arithmetic", "norm", "softmax", "gather", "attention.float32", "decode_attention.float32"} <= set(spec.kernel_curves)
     assert spec.kernel_curves["bmm.float32"][0][0] == 2 * 4 * 16 * 16 * 64  # a small model's attention products (LeViT's): timed, not floored at 6 MFLOPs'

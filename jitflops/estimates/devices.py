@@ -120,6 +120,10 @@ class DeviceSpec:
     """Grouped convolutions' rates per dtype key (``jitflops calibrate``): a grid whose ``rows`` are
     the reduction of an output (a group's input channels times the kernel's area) and whose
     ``weights`` are the convolution's FLOPs. A group of 4 channels runs at a third of one of 64."""
+    three_by_three_convolutions: Mapping[str, ProductGrid] = field(default_factory=dict)
+    """Dense 3 x 3 convolutions' rates of stride 1 per dtype key, by positions and weight size
+    (``jitflops calibrate`` on a CPU): 512 channels over 7 x 7 positions run at half the rate of 64
+    over 56 x 56, at the same FLOPs."""
     matches: tuple[str, ...] = field(default=(), compare=False)
     """Fragments of ``torch.cuda.get_device_name`` that name this device, most specific first."""
 
@@ -147,10 +151,10 @@ class DeviceSpec:
         if not isinstance(self.launch_s, (int, float)) or self.launch_s < 0:
             problems.append(f"launch_s must be a non-negative number of seconds, got {self.launch_s!r}")
         for key in [*self.products, *self.emulated, *self.resident_products, *self.pointwise_products, *self.resident_pointwise_products, *self.product_aspects,
-                    *self.grouped_convolutions]:
+                    *self.grouped_convolutions, *self.three_by_three_convolutions]:
             if key not in DTYPE_KEYS:
-                problems.append(f"products, resident_products, pointwise_products, resident_pointwise_products, product_aspects, grouped_convolutions and emulated "
-                                f"take dtype keys, "
+                problems.append(f"products, resident_products, pointwise_products, resident_pointwise_products, product_aspects, grouped_convolutions, "
+                                f"three_by_three_convolutions and emulated take dtype keys, "
                                 f"got {key!r} (known: {', '.join(DTYPE_KEYS)})")
         for family, points in self.kernel_curves.items():
             if not points or any(len(point) != 2 or not point[0] > 0 or not point[1] > 0 for point in points) or list(points) != sorted(points):
@@ -211,7 +215,8 @@ class DeviceSpec:
             memory_bandwidth=self.memory_bandwidth * share, launch_s=self.launch_s / share, host_s={kind: value / share for kind, value in self.host_s.items()},
             kernel_curves={family: tuple((work, seconds / share) for work, seconds in curve) for family, curve in self.kernel_curves.items()},
             products=grids(self.products), resident_products=grids(self.resident_products), pointwise_products=grids(self.pointwise_products),
-            resident_pointwise_products=grids(self.resident_pointwise_products), product_aspects=grids(self.product_aspects), grouped_convolutions=grids(self.grouped_convolutions))
+            resident_pointwise_products=grids(self.resident_pointwise_products), product_aspects=grids(self.product_aspects),
+            grouped_convolutions=grids(self.grouped_convolutions), three_by_three_convolutions=grids(self.three_by_three_convolutions))
 
     def kernels_only(self) -> "DeviceSpec":
         """This spec without the host's time per call or a launch's: what its kernels alone take."""
@@ -239,7 +244,8 @@ class DeviceSpec:
         curve = tuple(tuple(point) for point in document.get("compute_curve", ()))
         curves = {key: tuple(tuple(point) for point in points) for key, points in document.get("dtype_curves", {}).items()}
         grids = {}
-        for name in ("products", "resident_products", "pointwise_products", "resident_pointwise_products", "product_aspects", "grouped_convolutions"):
+        for name in ("products", "resident_products", "pointwise_products", "resident_pointwise_products", "product_aspects", "grouped_convolutions",
+                     "three_by_three_convolutions"):
             try:
                 grids[name] = {key: ProductGrid.from_mapping(grid) for key, grid in document.get(name, {}).items()}
             except (KeyError, TypeError, ValueError) as error:

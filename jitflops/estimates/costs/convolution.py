@@ -1,7 +1,9 @@
 """Convolutions' kernels: a 1 x 1 convolution of stride 1 is a product of the positions by the
 channels' matrix, read from the spec's grid of such convolutions where it has one (a channels-first
 image's convolution runs oneDNN's kernel, not the product: MobileNetV2's 16 to 96 channels over
-112 x 112 positions take 0.33 ms, their product 0.26), else from the product grid; a grouped one
+112 x 112 positions take 0.33 ms, their product 0.26), else from the product grid; a dense 3 x 3
+one of stride 1 from the spec's grid of those by positions and weight size where it has one (at
+the same FLOPs, 512 channels over 7 x 7 positions take twice as long as 64 over 56 x 56); a grouped one
 (a few input channels to each filter) from the spec's grid by the reduction of an output and
 FLOPs where it has one; a depthwise one (a filter per channel) and any other have curves of their
 own by FLOPs."""
@@ -35,6 +37,9 @@ def convolution_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: f
         positions, weight = x.numel / w.shape[1], math.prod(w.shape[:2])
         grid = spec.pointwise_products.get(dtype)
         return flops / grid.rate(positions, weight) if grid is not None else product_seconds(spec, dtype, positions, weight, flops)
+    three_by_three = spec.three_by_three_convolutions.get(dtype)
+    if three_by_three is not None and not transposed and groups == 1 and tuple(w.shape[2:]) == (3, 3) and all(step == 1 for step in stride):
+        return flops / three_by_three.rate(x.numel / w.shape[1], math.prod(w.shape))
     grouped = spec.grouped_convolutions.get(dtype) if groups > 1 and w.shape[1] > 1 and not transposed else None
     if grouped is not None:
         return flops / grouped.rate(math.prod(w.shape[1:]), flops)

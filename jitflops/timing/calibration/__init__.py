@@ -37,7 +37,7 @@ from ..peak_flops import memory_bandwidth
 from .allocator import steady_allocator
 from .attention import attention_curves
 from .budget import DEFAULT_BUDGET_S, Budget, CallTimer, budget_seconds
-from .convolutions import POINTWISE_RESIDENT_RERUNS, convolution_curves, grouped_grid, pointwise_grid
+from .convolutions import POINTWISE_RESIDENT_RERUNS, convolution_curves, grouped_grid, pointwise_grid, three_by_three_grid
 from .elementwise import elementwise_curves
 from .gathers import gather_curve
 from .host import host_seconds
@@ -47,7 +47,7 @@ from .reductions import reduction_curves
 
 CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-SHARES = {"products": 0.30, "aspects": 0.03, "resident": 0.04, "batched": 0.06, "convolutions": 0.11, "pointwise": 0.04, "resident_pointwise": 0.03, "grouped": 0.02,
+SHARES = {"products": 0.30, "aspects": 0.03, "resident": 0.04, "batched": 0.06, "convolutions": 0.07, "three_by_three": 0.04, "pointwise": 0.04, "resident_pointwise": 0.03, "grouped": 0.02,
           "attention": 0.08, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
 """Each family's share of the budget, after the host's time per call and the bandwidth are measured (2-4 s)."""
 
@@ -135,6 +135,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
     pointwise = {} if gpu else _each_dtype(budget.seconds * SHARES["pointwise"], native, lambda dtype, share: pointwise_grid(produced, dtype, share))
     resident_pointwise = pointwise_grid(CallTimer(target, flush=False, produce=True, reruns=POINTWISE_RESIDENT_RERUNS), torch.float32,
                                         Budget(budget.seconds * SHARES["resident_pointwise"])) if cache and torch.float32 in dtypes else None
+    three_by_three = {} if gpu else _each_dtype(budget.seconds * SHARES["three_by_three"], native, lambda dtype, share: three_by_three_grid(produced, dtype, share))
     grouped = _each_dtype(budget.seconds * SHARES["grouped"], native, lambda dtype, share: grouped_grid(produced, dtype, share))
     kernels: dict[str, tuple[tuple[float, float], ...]] = {}
     for family, measure in (("batched", lambda dtype, share: {"bmm": batched_curve(produced, dtype, share, on_host)}),
@@ -171,6 +172,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
         resident_pointwise_products={"float32": resident_pointwise} if resident_pointwise is not None else {},
         product_aspects=aspects,
         grouped_convolutions=grouped,
+        three_by_three_convolutions=three_by_three,
     )
 
 

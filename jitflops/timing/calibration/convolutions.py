@@ -1,5 +1,5 @@
-"""Convolutions: dense ones and depthwise ones, each a curve of time by FLOPs, 1 x 1 ones on a
-grid by positions and weight size, and grouped ones on a grid by the width of a group and FLOPs.
+"""Convolutions: dense ones and depthwise ones, each a curve of time by FLOPs, 1 x 1 ones and dense
+3 x 3 ones of stride 1 on grids by positions and weight size, and grouped ones on a grid by the width of a group and FLOPs.
 
 A 1 x 1 convolution is a product over the positions, but on a channels-first image oneDNN runs it
 as a convolution, converting the layout: with few channels it runs far below the product of its
@@ -56,6 +56,14 @@ write 26 MB, those had left the caches: on the 2-core EPYC MobileNetV2's 32 to 1
 forward (``profile_model``), and its 1 x 1 convolutions over 28 x 28 and 14 x 14 were priced 23% to
 98% over their time; after one call of its own, 96 us."""
 
+THREE_BY_THREE_SIZES = (7, 14, 28, 56, 112)
+"""Sides of the square images of the 3 x 3 grid: ResNet's stages, 49 to 12,544 positions."""
+THREE_BY_THREE_CHANNELS = (32, 64, 128, 256, 512)
+"""Channels in and out of the 3 x 3 grid: weights of 9 Ki to 2.25 Mi elements, ResNet-18's and
+ResNet-50's 64 to 512."""
+THREE_BY_THREE_MOST_FLOPS = 1e9
+"""3 x 3 convolutions above this many FLOPs are not timed: the grid takes the rate of the largest timed one of their row."""
+
 GROUP_WIDTHS = (4, 8, 16, 64, 128)
 """Input channels per group of the grouped grid (3 x 3 kernels: reductions of 36 to 1,152): ResNeXt's
 4 to 32, RegNetX's 8 to 24, RegNetY's 64, and wider."""
@@ -109,6 +117,22 @@ def pointwise_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> Prod
     timed = {(size, channels): flops / seconds for (flops, size, channels), seconds in zip(cells, medians) if seconds is not None}
     return ProductGrid(tuple(size * size for size in POINTWISE_SIZES), tuple(4 * channels * channels for channels in POINTWISE_CHANNELS),
                        filled_rates(POINTWISE_SIZES, POINTWISE_CHANNELS, timed))
+
+
+def three_by_three_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
+    """The rates of dense 3 x 3 convolutions of stride 1 of ``dtype`` by positions and weight size,
+    timed in interleaved passes while ``budget`` lasts (``timer``: the dense curve's, weights from
+    memory); one not timed takes the rate of the largest timed one of its row, or of the row below.
+    Their FLOPs alone do not set their time: on the 2-core EPYC, ResNet-50's four stages' 3 x 3
+    convolutions are 231 MFLOPs each, and 64 channels over 56 x 56 positions took 0.72 ms after a
+    flush, 512 over 7 x 7 1.38 ms (in the model 0.65 and 1.15 to 1.28); priced on the dense curve
+    at 0.79 each, the last stage's were its worst modules (-30% to -46%)."""
+    cells = sorted((2.0 * size * size * 9 * channels * channels, size, channels) for size in THREE_BY_THREE_SIZES for channels in THREE_BY_THREE_CHANNELS
+                   if 2.0 * size * size * 9 * channels * channels <= THREE_BY_THREE_MOST_FLOPS)
+    medians = interleaved_medians(timer, budget, [(flops, _convolution(timer.device, dtype, channels, channels, size, 3, 1, 1)[1]) for flops, size, channels in cells])
+    timed = {(size, channels): flops / seconds for (flops, size, channels), seconds in zip(cells, medians) if seconds is not None}
+    return ProductGrid(tuple(size * size for size in THREE_BY_THREE_SIZES), tuple(9 * channels * channels for channels in THREE_BY_THREE_CHANNELS),
+                       filled_rates(THREE_BY_THREE_SIZES, THREE_BY_THREE_CHANNELS, timed))
 
 
 def grouped_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
