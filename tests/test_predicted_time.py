@@ -295,10 +295,11 @@ def test_a_one_by_one_convolution_reads_the_pointwise_grid_where_the_spec_has_on
         _spec(pointwise_products={"fp33": pointwise})
 
 
-def test_a_three_by_three_convolution_of_stride_one_reads_its_grid_by_positions_and_weight():
-    """ResNet's 3 x 3 convolutions are all 231 MFLOPs; the grid of dense 3 x 3 ones of stride 1
-    prices 512 channels over 7 x 7 positions at its rate there (1e11 FLOP/s), 64 over 56 x 56 at its
-    own (4e11); one of stride 2, a grouped one and a spec without the grid: the dense curve."""
+def test_a_three_by_three_convolution_reads_its_grid_by_output_positions_and_weight():
+    """ResNet's 3 x 3 convolutions are all 231 MFLOPs; the grid of dense 3 x 3 ones prices 512
+    channels over 7 x 7 positions at its rate there (1e11 FLOP/s), 64 over 56 x 56 at its own (4e11),
+    one of stride 2 at its output's positions; a stem's (3 input channels: a weight smaller than
+    the grid's), a grouped one and a spec without the grid: the dense curve."""
     grid = ProductGrid((49, 3136), (9 * 64 * 64, 9 * 512 * 512), ((1e10, 1e11), (4e11, 4e11)))
     spec = _spec(three_by_three_convolutions={"float32": grid})
 
@@ -311,7 +312,11 @@ def test_a_three_by_three_convolution_of_stride_one_reads_its_grid_by_positions_
     assert flops == 2.0 * 9 * 64 * 64 * 3136
     assert kernel_seconds(convolution(512, 7), spec, flops, 0) == pytest.approx(flops / 1e11)
     assert kernel_seconds(convolution(64, 56), spec, flops, 0) == pytest.approx(flops / 4e11)
-    assert kernel_seconds(convolution(64, 112, stride=2), spec, flops, 0) == pytest.approx(1e-9 * flops)  # the dense curve: 1 ns a FLOP
+    assert kernel_seconds(convolution(64, 112, stride=2), spec, flops, 0) == pytest.approx(flops / 4e11)  # 56 x 56 outputs
+    assert kernel_seconds(convolution(512, 14, stride=2), spec, flops, 0) == pytest.approx(flops / 1e11)  # 7 x 7 outputs
+    stem = EagerOpRecord("aten::convolution", [_meta(1, 3, 224, 224), _meta(32, 3, 3, 3), None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1], [_meta(1, 32, 112, 112)],
+                         ["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"])
+    assert kernel_seconds(stem, spec, 2.0 * 864 * 12544, 0) == pytest.approx(1e-9 * 2.0 * 864 * 12544)  # the dense curve: 1 ns a FLOP
     assert kernel_seconds(convolution(512, 7, groups=32), spec, flops / 32, 0) == pytest.approx(1e-9 * flops / 32)
     assert kernel_seconds(convolution(512, 7), _spec(), flops, 0) == pytest.approx(1e-9 * flops)
     assert DeviceSpec.from_mapping(__import__("json").loads(spec.to_json())) == spec

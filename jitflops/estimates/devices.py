@@ -121,9 +121,9 @@ class DeviceSpec:
     the reduction of an output (a group's input channels times the kernel's area) and whose
     ``weights`` are the convolution's FLOPs. A group of 4 channels runs at a third of one of 64."""
     three_by_three_convolutions: Mapping[str, ProductGrid] = field(default_factory=dict)
-    """Dense 3 x 3 convolutions' rates of stride 1 per dtype key, by positions and weight size
-    (``jitflops calibrate`` on a CPU): 512 channels over 7 x 7 positions run at half the rate of 64
-    over 56 x 56, at the same FLOPs."""
+    """Dense 3 x 3 convolutions' rates per dtype key, by output positions and weight size
+    (``jitflops calibrate`` on a CPU, at stride 1): 512 channels over 7 x 7 positions run at half
+    the rate of 64 over 56 x 56, at the same FLOPs."""
     matches: tuple[str, ...] = field(default=(), compare=False)
     """Fragments of ``torch.cuda.get_device_name`` that name this device, most specific first."""
 

@@ -2,8 +2,11 @@
 channels' matrix, read from the spec's grid of such convolutions where it has one (a channels-first
 image's convolution runs oneDNN's kernel, not the product: MobileNetV2's 16 to 96 channels over
 112 x 112 positions take 0.33 ms, their product 0.26), else from the product grid; a dense 3 x 3
-one of stride 1 from the spec's grid of those by positions and weight size where it has one (at
-the same FLOPs, 512 channels over 7 x 7 positions take twice as long as 64 over 56 x 56); a grouped one
+one from the spec's grid of those by its output's positions and weight size where it has one and
+its weight is no smaller than the grid's smallest (at the same FLOPs, 512 channels over 7 x 7
+positions take twice as long as 64 over 56 x 56, and ResNet-50's last stage's first one, of stride
+2, as long as those of stride 1 after it; a stem's 3 input channels run a kernel of their own, on
+the dense curve); a grouped one
 (a few input channels to each filter) from the spec's grid by the reduction of an output and
 FLOPs where it has one; a depthwise one (a filter per channel) and any other have curves of their
 own by FLOPs."""
@@ -38,8 +41,8 @@ def convolution_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: f
         grid = spec.pointwise_products.get(dtype)
         return flops / grid.rate(positions, weight) if grid is not None else product_seconds(spec, dtype, positions, weight, flops)
     three_by_three = spec.three_by_three_convolutions.get(dtype)
-    if three_by_three is not None and not transposed and groups == 1 and tuple(w.shape[2:]) == (3, 3) and all(step == 1 for step in stride):
-        return flops / three_by_three.rate(x.numel / w.shape[1], math.prod(w.shape))
+    if three_by_three is not None and not transposed and groups == 1 and tuple(w.shape[2:]) == (3, 3) and math.prod(w.shape) >= three_by_three.weights[0]:
+        return flops / three_by_three.rate(flops / (2 * math.prod(w.shape)), math.prod(w.shape))  # at its output's positions, whatever its stride
     grouped = spec.grouped_convolutions.get(dtype) if groups > 1 and w.shape[1] > 1 and not transposed else None
     if grouped is not None:
         return flops / grouped.rate(math.prod(w.shape[1:]), flops)

@@ -126,7 +126,9 @@ def three_by_three_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) ->
     Their FLOPs alone do not set their time: on the 2-core EPYC, ResNet-50's four stages' 3 x 3
     convolutions are 231 MFLOPs each, and 64 channels over 56 x 56 positions took 0.72 ms after a
     flush, 512 over 7 x 7 1.38 ms (in the model 0.65 and 1.15 to 1.28); priced on the dense curve
-    at 0.79 each, the last stage's were its worst modules (-30% to -46%)."""
+    at 0.79 each, the last stage's were its worst modules (-30% to -46%). A strided one is read at
+    its output's positions: ResNet-50's last stage's first, of stride 2, took as long as those of
+    stride 1 after it (1.23-1.28 ms against 1.13-1.34)."""
     cells = sorted((2.0 * size * size * 9 * channels * channels, size, channels) for size in THREE_BY_THREE_SIZES for channels in THREE_BY_THREE_CHANNELS
                    if 2.0 * size * size * 9 * channels * channels <= THREE_BY_THREE_MOST_FLOPS)
     medians = interleaved_medians(timer, budget, [(flops, _convolution(timer.device, dtype, channels, channels, size, 3, 1, 1)[1]) for flops, size, channels in cells])
