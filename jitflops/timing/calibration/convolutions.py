@@ -121,12 +121,14 @@ def pointwise_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> Prod
 
 def three_by_three_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
     """The rates of dense 3 x 3 convolutions of stride 1 of ``dtype`` by positions and weight size,
-    timed in interleaved passes while ``budget`` lasts (``timer``: the dense curve's, weights from
-    memory); one not timed takes the rate of the largest timed one of its row, or of the row below.
-    Their FLOPs alone do not set their time: on the 2-core EPYC, ResNet-50's four stages' 3 x 3
-    convolutions are 231 MFLOPs each, and 64 channels over 56 x 56 positions took 0.72 ms after a
-    flush, 512 over 7 x 7 1.38 ms (in the model 0.65 and 1.15 to 1.28); priced on the dense curve
-    at 0.79 each, the last stage's were its worst modules (-30% to -46%). A strided one is read at
+    timed in interleaved passes while ``budget`` lasts (``timer``: one that produces their inputs,
+    as the op before writes them); one not timed takes the rate of the largest timed one of its row,
+    or of the row below. Their FLOPs alone do not set their time: on the 2-core EPYC, ResNet-50's
+    four stages' 3 x 3 convolutions are 231 MFLOPs each, and 64 channels over 56 x 56 positions took
+    0.65 ms on an input just written (0.72 after a flush), 512 over 7 x 7 1.07 ms (1.38; in the model
+    0.65 and 1.15 to 1.28); priced on the dense curve at 0.79 each, the last stage's were its worst
+    modules (-30% to -46%); timed after a flush, the first three stages' were priced 30% to 44% over
+    their time in the model. A strided one is read at
     its output's positions: ResNet-50's last stage's first, of stride 2, took as long as those of
     stride 1 after it (1.23-1.28 ms against 1.13-1.34)."""
     cells = sorted((2.0 * size * size * 9 * channels * channels, size, channels) for size in THREE_BY_THREE_SIZES for channels in THREE_BY_THREE_CHANNELS
