@@ -72,6 +72,17 @@ def test_a_spec_keeps_every_curve_through_json_and_refuses_bad_ones():
         _spec(kernel_curves={"copy": ((10.0, 1e-6), (1.0, 1e-6))})
 
 
+def test_the_specs_grids_are_every_field_of_measured_grids():
+    """``GRIDS`` names each field of a spec that holds grids: one left out would go unvalidated,
+    unscaled by ``time_shared`` and unread from a spec file."""
+    import typing
+
+    from jitflops.estimates.devices import GRIDS
+
+    hints = typing.get_type_hints(DeviceSpec)
+    assert GRIDS == tuple(field.name for field in dataclasses.fields(DeviceSpec) if "ProductGrid" in str(hints[field.name]))
+
+
 def test_a_spec_for_a_process_with_half_its_cores_time_gives_every_time_twice():
     """Every part of a prediction (products from the grids, curves, the host's calls, the optimizer)
     on a spec whose process gets half of its cores' time takes twice as long, to the rounding."""

@@ -47,6 +47,11 @@ tensor parallelism sharded, its parallel style's conversions (``from_local``, ``
 FSDP2's hooks in a forward and backward, per unit it shards and per parameter tensor (the plan's,
 on a CPU)."""
 
+GRIDS = ("products", "resident_products", "pointwise_products", "resident_pointwise_products", "product_aspects", "grouped_convolutions",
+         "three_by_three_convolutions")
+"""A spec's fields of measured grids (:class:`ProductGrid` per dtype key): validated, scaled by
+:meth:`DeviceSpec.time_shared` and read from a spec file alike."""
+
 RESIDENT_SHARE = 0.5
 """The share of the last-level cache a model's weights may take and still be read from it."""
 
@@ -150,12 +155,9 @@ class DeviceSpec:
                 problems.append(f"{name} must be in (0, 1], got {value!r}")
         if not isinstance(self.launch_s, (int, float)) or self.launch_s < 0:
             problems.append(f"launch_s must be a non-negative number of seconds, got {self.launch_s!r}")
-        for key in [*self.products, *self.emulated, *self.resident_products, *self.pointwise_products, *self.resident_pointwise_products, *self.product_aspects,
-                    *self.grouped_convolutions, *self.three_by_three_convolutions]:
+        for key in [*self.emulated, *(key for name in GRIDS for key in getattr(self, name))]:
             if key not in DTYPE_KEYS:
-                problems.append(f"products, resident_products, pointwise_products, resident_pointwise_products, product_aspects, grouped_convolutions, "
-                                f"three_by_three_convolutions and emulated take dtype keys, "
-                                f"got {key!r} (known: {', '.join(DTYPE_KEYS)})")
+                problems.append(f"{', '.join(GRIDS)} and emulated take dtype keys, got {key!r} (known: {', '.join(DTYPE_KEYS)})")
         for family, points in self.kernel_curves.items():
             if not points or any(len(point) != 2 or not point[0] > 0 or not point[1] > 0 for point in points) or list(points) != sorted(points):
                 problems.append(f"kernel_curves[{family!r}] must be (work > 0, seconds > 0) pairs in increasing work, got {points!r}")
@@ -214,9 +216,7 @@ class DeviceSpec:
             self, name=f"{self.name} at {share:g} of its cores' time", peak_flops={key: value * share for key, value in self.peak_flops.items()},
             memory_bandwidth=self.memory_bandwidth * share, launch_s=self.launch_s / share, host_s={kind: value / share for kind, value in self.host_s.items()},
             kernel_curves={family: tuple((work, seconds / share) for work, seconds in curve) for family, curve in self.kernel_curves.items()},
-            products=grids(self.products), resident_products=grids(self.resident_products), pointwise_products=grids(self.pointwise_products),
-            resident_pointwise_products=grids(self.resident_pointwise_products), product_aspects=grids(self.product_aspects),
-            grouped_convolutions=grids(self.grouped_convolutions), three_by_three_convolutions=grids(self.three_by_three_convolutions))
+            **{name: grids(getattr(self, name)) for name in GRIDS})
 
     def kernels_only(self) -> "DeviceSpec":
         """This spec without the host's time per call or a launch's: what its kernels alone take."""
@@ -244,8 +244,7 @@ class DeviceSpec:
         curve = tuple(tuple(point) for point in document.get("compute_curve", ()))
         curves = {key: tuple(tuple(point) for point in points) for key, points in document.get("dtype_curves", {}).items()}
         grids = {}
-        for name in ("products", "resident_products", "pointwise_products", "resident_pointwise_products", "product_aspects", "grouped_convolutions",
-                     "three_by_three_convolutions"):
+        for name in GRIDS:
             try:
                 grids[name] = {key: ProductGrid.from_mapping(grid) for key, grid in document.get(name, {}).items()}
             except (KeyError, TypeError, ValueError) as error:
