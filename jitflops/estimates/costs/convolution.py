@@ -40,9 +40,9 @@ def convolution_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: f
         positions, weight = x.numel / w.shape[1], math.prod(w.shape[:2])
         grid = spec.pointwise_products.get(dtype)
         return flops / grid.rate(positions, weight) if grid is not None else product_seconds(spec, dtype, positions, weight, flops)
-    three_by_three = spec.three_by_three_convolutions.get(dtype)
-    if three_by_three is not None and not transposed and groups == 1 and tuple(w.shape[2:]) == (3, 3) and math.prod(w.shape) >= three_by_three.weights[0]:
-        return flops / three_by_three.rate(flops / (2 * math.prod(w.shape)), math.prod(w.shape))  # at its output's positions, whatever its stride
+    three_by_three, weight = spec.three_by_three_convolutions.get(dtype), math.prod(w.shape)
+    if three_by_three is not None and not transposed and groups == 1 and tuple(w.shape[2:]) == (3, 3) and weight >= three_by_three.weights[0]:
+        return flops / three_by_three.rate(flops / (2 * weight), weight)  # at its output's positions, whatever its stride
     grouped = spec.grouped_convolutions.get(dtype) if groups > 1 and w.shape[1] > 1 and not transposed else None
     if grouped is not None:
         return flops / grouped.rate(math.prod(w.shape[1:]), flops)

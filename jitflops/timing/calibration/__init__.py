@@ -128,8 +128,8 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
             else:
                 grids[key] = product_grid(cold, dtype, share, rows, widths, most)
     native = [dtype for dtype in dtypes if dtype_key(dtype) not in emulated]
-    aspects = _each_dtype(budget.seconds * SHARES["aspects"], native, lambda dtype, share: aspect_grid(cold, dtype, share, rows, widths[len(widths) // 2], most,
-                                                                                                                widening=gpu))
+    aspects = _each_dtype(budget.seconds * SHARES["aspects"], native,
+                          lambda dtype, share: aspect_grid(cold, dtype, share, rows, widths[len(widths) // 2], most, widening=gpu))
     cache = None if gpu else last_level_cache_bytes()
     resident = resident_grid(Budget(budget.seconds * SHARES["resident"]), rows, widths, cache) if cache and torch.float32 in dtypes else None
     pointwise = {} if gpu else _each_dtype(budget.seconds * SHARES["pointwise"], native, lambda dtype, share: pointwise_grid(produced, dtype, share))

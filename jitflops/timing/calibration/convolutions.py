@@ -17,7 +17,7 @@ input channels times the kernel's area, more than by its FLOPs: at 29 MFLOPs on 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -107,36 +107,38 @@ def convolution_curves(cold: CallTimer, produced: CallTimer, dtype: torch.dtype,
     return {"convolution": dense, "depthwise_convolution": depthwise}
 
 
+def _image_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, sizes: Sequence[int], channels: Sequence[int], kernel: int, expansion: int,
+                most_flops: float) -> ProductGrid:
+    """The rates of dense ``kernel`` x ``kernel`` convolutions of stride 1 of ``dtype``, from ``c``
+    of ``channels`` to ``expansion`` times as many, over square images of ``sizes``: a grid by
+    positions and weight size, timed in interleaved passes while ``budget`` lasts (none over
+    ``most_flops``); one not timed takes the rate of the largest timed one of its row, or of the row below."""
+    def weight(inputs: int) -> int:
+        return kernel * kernel * expansion * inputs * inputs
+
+    cells = sorted((2.0 * size * size * weight(inputs), size, inputs) for size in sizes for inputs in channels if 2.0 * size * size * weight(inputs) <= most_flops)
+    medians = interleaved_medians(timer, budget, [(flops, _convolution(timer.device, dtype, inputs, expansion * inputs, size, kernel, 1, 1)[1])
+                                                  for flops, size, inputs in cells])
+    timed = {(size, inputs): flops / seconds for (flops, size, inputs), seconds in zip(cells, medians) if seconds is not None}
+    return ProductGrid(tuple(size * size for size in sizes), tuple(weight(inputs) for inputs in channels), filled_rates(sizes, channels, timed))
+
+
 def pointwise_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
-    """The rates of 1 x 1 convolutions of ``dtype`` by positions and weight size, timed in
-    interleaved passes while ``budget`` lasts; one not timed takes the rate of the largest timed
-    one of its row, or of the row below."""
-    cells = sorted((2.0 * size * size * 4 * channels * channels, size, channels) for size in POINTWISE_SIZES for channels in POINTWISE_CHANNELS
-                   if 2.0 * size * size * 4 * channels * channels <= POINTWISE_MOST_FLOPS)
-    medians = interleaved_medians(timer, budget, [(flops, _convolution(timer.device, dtype, channels, 4 * channels, size, 1, 1, 1)[1]) for flops, size, channels in cells])
-    timed = {(size, channels): flops / seconds for (flops, size, channels), seconds in zip(cells, medians) if seconds is not None}
-    return ProductGrid(tuple(size * size for size in POINTWISE_SIZES), tuple(4 * channels * channels for channels in POINTWISE_CHANNELS),
-                       filled_rates(POINTWISE_SIZES, POINTWISE_CHANNELS, timed))
+    """The rates of 1 x 1 convolutions of ``dtype`` by positions and weight size (:func:`_image_grid`)."""
+    return _image_grid(timer, dtype, budget, POINTWISE_SIZES, POINTWISE_CHANNELS, 1, 4, POINTWISE_MOST_FLOPS)
 
 
 def three_by_three_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
-    """The rates of dense 3 x 3 convolutions of stride 1 of ``dtype`` by positions and weight size,
-    timed in interleaved passes while ``budget`` lasts (``timer``: one that produces their inputs,
-    as the op before writes them); one not timed takes the rate of the largest timed one of its row,
-    or of the row below. Their FLOPs alone do not set their time: on the 2-core EPYC, ResNet-50's
+    """The rates of dense 3 x 3 convolutions of stride 1 of ``dtype`` by positions and weight size
+    (:func:`_image_grid`; ``timer``: one that produces their inputs, as the op before writes them).
+    Their FLOPs alone do not set their time: on the 2-core EPYC, ResNet-50's
     four stages' 3 x 3 convolutions are 231 MFLOPs each, and 64 channels over 56 x 56 positions took
     0.65 ms on an input just written (0.72 after a flush), 512 over 7 x 7 1.07 ms (1.38; in the model
     0.65 and 1.15 to 1.28); priced on the dense curve at 0.79 each, the last stage's were its worst
     modules (-30% to -46%); timed after a flush, the first three stages' were priced 30% to 44% over
-    their time in the model. A strided one is read at
-    its output's positions: ResNet-50's last stage's first, of stride 2, took as long as those of
+    their time in the model. A strided one is read at its output's positions: ResNet-50's last stage's first, of stride 2, took as long as those of
     stride 1 after it (1.23-1.28 ms against 1.13-1.34)."""
-    cells = sorted((2.0 * size * size * 9 * channels * channels, size, channels) for size in THREE_BY_THREE_SIZES for channels in THREE_BY_THREE_CHANNELS
-                   if 2.0 * size * size * 9 * channels * channels <= THREE_BY_THREE_MOST_FLOPS)
-    medians = interleaved_medians(timer, budget, [(flops, _convolution(timer.device, dtype, channels, channels, size, 3, 1, 1)[1]) for flops, size, channels in cells])
-    timed = {(size, channels): flops / seconds for (flops, size, channels), seconds in zip(cells, medians) if seconds is not None}
-    return ProductGrid(tuple(size * size for size in THREE_BY_THREE_SIZES), tuple(9 * channels * channels for channels in THREE_BY_THREE_CHANNELS),
-                       filled_rates(THREE_BY_THREE_SIZES, THREE_BY_THREE_CHANNELS, timed))
+    return _image_grid(timer, dtype, budget, THREE_BY_THREE_SIZES, THREE_BY_THREE_CHANNELS, 3, 1, THREE_BY_THREE_MOST_FLOPS)
 
 
 def grouped_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
