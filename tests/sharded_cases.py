@@ -32,12 +32,46 @@ def mlp() -> nn.Sequential:
     return nn.Sequential(nn.Linear(D_IN, D_HIDDEN), nn.ReLU(), nn.Linear(D_HIDDEN, D_IN))
 
 
+def comm_debug_mode() -> Any:
+    """Torch's ``CommDebugMode``, its module tracker hooking each module once.
+
+    Torch's tracker adds a forward hook to a module at each of its calls and, on leaving, removes
+    one per module name. A module called more than once in a forward pops its parent list once per
+    hook, and keeps the hooks after the mode: a function that transformers 5.25 makes a module
+    through the ``kernels`` package (``apply_rotary_pos_emb``, one module for every layer of every
+    model) failed the second layer's forward (``IndexError``) and every later forward of the process.
+    Only its module bookkeeping changes: what it counts is its dispatch mode's."""
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.debug._comm_mode import _CommModeModuleTracker
+
+    class HookingOnce(_CommModeModuleTracker):
+        def __enter__(self) -> Any:
+            self.hooked: dict[nn.Module, Any] = {}
+            return super().__enter__()
+
+        def _fw_pre_hook(self, mod: nn.Module, input: Any) -> None:
+            super()._fw_pre_hook(mod, input)
+            if not self.activation_checkpointing:  # the hook it has just added
+                handle = self.register_forward_hook_handles.pop(self.name)
+                if mod in self.hooked:
+                    handle.remove()
+                else:
+                    self.hooked[mod] = handle
+
+        def __exit__(self, *args: Any) -> None:
+            super().__exit__(*args)
+            for handle in self.hooked.values():
+                handle.remove()
+
+    mode = CommDebugMode()
+    mode.advanced_module_tracker = HookingOnce()
+    return mode
+
+
 def comm_debug_counts(run: Callable[[], Any]) -> tuple[dict[str, int], list[str]]:
     """``CommDebugMode``'s collective counts for one run, keyed by the op's short name, and the
     modules it saw run collectives (canonical names: the root is "", its tracker's "Global" left out)."""
-    from torch.distributed.tensor.debug import CommDebugMode
-
-    with CommDebugMode() as mode:
+    with comm_debug_mode() as mode:
         run()
     counts = {str(op).rpartition(".")[2]: count for op, count in mode.get_comm_counts().items()}
     modules = sorted(
@@ -227,19 +261,17 @@ def read_on_rank_0(rank: int, world: int) -> dict[str, Any]:
     every rank: rank 0's reads run no collective, and the step's all_reduce pairs with itself."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    from torch.distributed.tensor.debug import CommDebugMode
-
     from jitflops import flop_count_table
 
     model = mlp()
     parallelize_module(model, init_device_mesh("cpu", (world,)), {"0": ColwiseParallel(), "2": RowwiseParallel()})
     x = torch.randn(BATCH, D_IN)
-    with warnings.catch_warnings(), CommDebugMode() as made:
+    with warnings.catch_warnings(), comm_debug_mode() as made:
         warnings.simplefilter("ignore")
         flops, activations = FlopCountAnalysis(model, x), ActivationCountAnalysis(model, x)
     figures: dict[str, Any] = {"collectives_when_made": made.get_total_counts()}
     if rank == 0:
-        with CommDebugMode() as read:
+        with comm_debug_mode() as read:
             figures["total"] = flops.total()
             figures["table"] = flop_count_table(flops, activations=activations, masked_attention=True)
             figures["activations"] = activations.total()
@@ -281,18 +313,19 @@ def small_gpt(device: str = "cpu") -> nn.Module:
         return transformers.AutoModelForCausalLM.from_config(config)
 
 
-def memtracker_peak(step: Callable[[], None], *tracked: Any, per_module: bool = True) -> int:
+def memtracker_peak(step: Callable[[], None], *tracked: Any) -> int:
     """MemTracker's peak on the CPU of ``step``, with ``tracked`` (a model, its optimizer, tensors or
-    None: made before it started) taken in; ``per_module=False``: its per-module statistics off, since its
-    module hooks take a root module's second forward for a second step, and a pipeline runs one a
-    micro-batch (the peak is the whole step's either way)."""
+    None: made before it started) taken in, its per-module statistics off: its module hooks take a
+    root module's second forward for a second step, a pipeline runs one a micro-batch, and their
+    gradient hooks hold a module's output gradients until the last of them arrives, which no step
+    without them holds (transformers 5.25's rotary function, a module of two outputs: 65,024 bytes
+    more on each rank of FSDP2 by tensor parallelism)."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
     tracker.track_external(*(each for each in tracked if each is not None))
     with tracker:
-        if not per_module:
-            tracker._mod_tracker.__exit__()
+        tracker._mod_tracker.__exit__()
         step()
     return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
 
@@ -356,7 +389,7 @@ def _ddp_peak(ids: torch.Tensor) -> int:
             del output
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-    return memtracker_peak(steps, model, per_module=False) + ids.nbytes
+    return memtracker_peak(steps, model) + ids.nbytes
 
 
 def _backward_copied_bytes(model: nn.Module, ids: torch.Tensor) -> int:
@@ -492,7 +525,7 @@ def planned_pipeline(rank: int, world: int, micro_batches: int = 4, virtual_stag
     step()
     with record_collectives() as log:
         step()
-    peak = min(memtracker_peak(step, stage_module, optimizer, *receive_buffers(*stages), per_module=False) for _ in range(2))
+    peak = min(memtracker_peak(step, stage_module, optimizer, *receive_buffers(*stages)) for _ in range(2))
     dist.barrier()  # the last sends complete before the process group goes
     return {"collectives": {key: [t.calls, t.bytes] for key, t in log.by_collective().items()}, "peak": peak}
 
@@ -509,7 +542,7 @@ def planned_pipeline_by_data_parallel(rank: int, world: int) -> dict[str, Any]:
             pipelined()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-    peak = memtracker_peak(steps, per_module=False)
+    peak = memtracker_peak(steps)
     dist.barrier()  # the last sends complete before the process group goes
     return {"peak": peak}
 

@@ -191,6 +191,35 @@ def test_a_module_with_hooks_is_traced() -> None:
         handle.remove()
 
 
+class _Product(nn.Module):
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return x @ weight
+
+
+PRODUCT = _Product()
+"""A function made a module once for every model, as the ``kernels`` package makes transformers
+5.25's ``apply_rotary_pos_emb``: called by the model, not one of its modules."""
+
+
+class _CallsAModuleOfNoModel(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+        self.weight = nn.Parameter(torch.randn(width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(PRODUCT(x, self.weight))
+
+
+@pytest.mark.parametrize("width", [8, 1024], ids=["on its values", "on a meta copy"])
+def test_a_module_that_is_none_of_the_models_is_counted_from_its_calls_in_its_callers_scope(width: int) -> None:
+    """The tracer opens no scope for a module it has no name for: its product is the caller's, the
+    model's root, as in the trace. Llama and every rotary model of transformers 5.25 were traced."""
+    analysis = _same_as_the_trace(_CallsAModuleOfNoModel(width), (torch.randn(4, width),))
+    assert analysis._trace is None, "counted from the calls, not traced"
+    assert analysis.by_module()[""] == 2 * 4 * width * width and analysis.by_module()["linear"] == 4 * width * width
+
+
 class _Branch(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()

@@ -27,7 +27,7 @@ from jitflops.planning.published_runs import MEGATRON_H100, SEQUENCE, VOCABULARY
 from jitflops.planning.search import best_layouts, candidate_layouts
 from jitflops.planning.stages import ModelRecordings
 
-from sharded_cases import small_gpt
+from sharded_cases import comm_debug_mode, small_gpt
 from test_sharded import spawn
 
 GB = 1e9
@@ -252,8 +252,6 @@ def test_tensor_parallelism_shards_parameters_and_records_its_collectives_withou
 
 
 def test_each_dtensor_op_is_counted_for_its_host_time_as_commdebugmode_lists_them():
-    from torch.distributed.tensor.debug import CommDebugMode
-
     from torch.distributed.tensor import DTensor
 
     from jitflops.core.model_io import ModelCall
@@ -264,7 +262,7 @@ def test_each_dtensor_op_is_counted_for_its_host_time_as_commdebugmode_lists_the
     with fake_process_group(2) as mesh:
         model = small_gpt()
         shard_like_tensor_parallel(model, mesh)
-        with CommDebugMode() as mode:
+        with comm_debug_mode() as mode:
             model(input_ids=ids, labels=ids).loss.backward()
         model.zero_grad(set_to_none=True)
         recording = record_with_dispatch(model, ModelCall((), {"input_ids": ids, "labels": ids}), module_aliases(model), loss_backward, guarded=False)
@@ -290,7 +288,6 @@ def test_each_dtensor_op_is_counted_for_its_host_time_as_commdebugmode_lists_the
 def test_an_optimizers_dtensor_ops_are_those_commdebugmode_lists_in_its_step():
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
-    from torch.distributed.tensor.debug import CommDebugMode
 
     from jitflops.estimates.training_step_time import optimizer_dtensor_ops
 
@@ -300,7 +297,7 @@ def test_an_optimizers_dtensor_ops_are_those_commdebugmode_lists_in_its_step():
         parameter.grad = torch.ones_like(parameter)
     optimizer = torch.optim.AdamW(parameters, foreach=False)  # a CPU's default
     optimizer.step()
-    with CommDebugMode() as mode:
+    with comm_debug_mode() as mode:
         optimizer.step()
     listed = sum(bool(operation["input_sharding"]) for module in mode.comm_module_operation_counts.values() for operation in module["operations_list"])
     assert optimizer_dtensor_ops("adamw") == (0, 8) and 3 * 8 == listed  # the moments' and the update's 8 ops, per tensor

@@ -52,4 +52,5 @@ def test_architecture_is_counted_cleanly(model_type):
         assert result.masked_agree, result.masked  # a decoder's mask-aware counts, unpadded and left-padded
     if model_type in ("bloom", "gpt2", "llama", "mixtral", "qwen3_moe"):
         assert len(result.masked) == 4 and result.masked["jit padded"] < result.masked["jit"] < result.jit
-    assert 2 * result.jit >= result.flop_counter
+    if result.flop_counter is not None:  # None: FlopCounterMode's module tracker failed (Idefics2, SAM, qwen3_5_moe_text with transformers 5.25)
+        assert 2 * result.jit >= result.flop_counter

@@ -14,10 +14,12 @@ Only calls whose nodes are known are taken: :data:`COUNTED_CALLS` (with how a ca
 become its node's) and :data:`FREE_CALLS` (the ops each records, which the count must ignore).
 Anything else ends the recording with None, and the JIT traces the model as before: another call;
 reading a tensor's value where it may be the inputs' data (:data:`VALUE_READS`); an op the analysis
-counts without a shape formula or does not know; a module hook; a module the analysis has no name
-for; a custom autograd Function; a scripted function. The JIT alone warns of control flow that
-depends on values, and records what it alone records. ``tests/test_call_recording.py``
-compares the two on every model of the zoo and traces each call of both tables.
+counts without a shape formula or does not know; a module hook; a module of the model the analysis
+has no name for; a custom autograd Function; a scripted function. A module outside the model (a
+function the ``kernels`` package made a module, as transformers 5.25's ``apply_rotary_pos_emb``)
+opens no scope, as under the tracer. The JIT alone warns of control flow that depends on values,
+and records what it alone records. ``tests/test_call_recording.py`` compares the two on every model
+of the zoo and traces each call of both tables.
 """
 
 from __future__ import annotations
@@ -463,9 +465,8 @@ def record_calls(
         if threading.get_ident() != recording:  # another thread's module
             return
         name = names.get(module)
-        if name is None:
-            raise _NotTaken(f"a {type(module).__name__} that is not one of the model's modules ran")
-        recorder.paths.append(f"{recorder.paths[-1]}/{name}" if name else recorder.paths[-1])
+        if name is not None:  # a module outside the model opens no scope
+            recorder.paths.append(f"{recorder.paths[-1]}/{name}" if name else recorder.paths[-1])
 
     def leave(module: nn.Module, inputs: Any, output: Any) -> None:
         if module in names and threading.get_ident() == recording:
