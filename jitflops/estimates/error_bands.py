@@ -17,8 +17,8 @@ from .devices import DeviceSpec, is_cpu_spec
 FIGURES = ("forward", "compiled forward", "training step", "prefill", "decode step", "planned throughput")
 
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "cpu": {"forward": (-0.34, 0.24), "compiled forward": (-0.26, 0.20), "training step": (-0.45, 0.49), "prefill": (-0.33, 0.08),
-            "decode step": (-0.22, 0.14)},
+    "cpu": {"forward": (-0.34, 0.24), "compiled forward": (-0.26, 0.20), "training step": (-0.45, 0.49), "prefill": (-0.43, 0.08),
+            "decode step": (-0.56, 0.14)},
     "gpu": {"planned throughput": (-0.12, 0.12)},
 }
 """Per device class, per figure: the lowest and highest model's median error, as fractions, over the
@@ -35,10 +35,13 @@ takes freed memory back; and three runs with the model's own Python between its 
 2026-11-29: the forward -8% to +16%, the training step -16% to +18%, prefill -20% to +7%, the
 decode step -19% to +3%; and five runs with the 1 x 1 grid of a model in the cache, a CPU's
 widening weights at the square one's rate and the 3 x 3 grid, on 2026-11-29: the forward -13% to
-+14%, the training step -15% to +14%, prefill -20% to +2%, the decode step -22% to +5%)."""
++14%, the training step -15% to +14%, prefill -20% to +2%, the decode step -22% to +5%; and two
+runs with transformers 5.25 on 2026-12-06, on a VM whose host work ran slower that day (Llama GQA's
+decode step 1.2-2.3 ms, 0.6 the week before; 1.7-2.1 with transformers 5.24 that day): the forward -25% to
++17%, the training step -20% to +11%, prefill -43% to -5%, the decode step -56% to +4%)."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28), "
-                 "and the forward of 22 models outside them (2026-11-29): docs/benchmarks.md",
+                 "the forward of 22 models outside them (2026-11-29), and 9 models again (2026-12-06): docs/benchmarks.md",
           "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-28: docs/plan.md"}
 
 
