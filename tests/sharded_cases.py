@@ -261,6 +261,7 @@ def read_on_rank_0(rank: int, world: int) -> dict[str, Any]:
     every rank: rank 0's reads run no collective, and the step's all_reduce pairs with itself."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
     from jitflops import flop_count_table
 
     model = mlp()
