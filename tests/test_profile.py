@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import mmap
 import re
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -183,6 +186,32 @@ def test_per_op_table_rows(backend):
     assert rows[0].memory_delta == 8 * 32 * 4 and rows[1].memory_before == rows[0].memory_after  # float32 output
     assert all(r.time_s > 0 for r in rows)
     assert sum(r.macs or 0 for r in rows) == profile.summary.macs
+
+
+class FreshBuffer(nn.Module):
+    """Fills a new 48 MiB tensor at every call: past the largest threshold (32 MiB) below which glibc
+    keeps freed memory for reuse, so each call maps, and faults in, fresh pages."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ones(12 * 2**20).sum() + x
+
+
+def _huge_pages_always() -> bool:
+    settings = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    return settings.exists() and "[always]" in settings.read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator and the kernel's fault count")
+def test_the_timed_pass_counts_the_pages_each_forward_faults_in():
+    fresh = profile_model(FreshBuffer(), torch.zeros(1), repeats=3)
+    reused = profile_model(nn.Linear(64, 64), torch.randn(8, 64), repeats=3)
+    pages = 48 * 2**20 // mmap.PAGESIZE  # one fault a page, or one per 2 MiB where the kernel backs the mapping with huge pages
+    fewest = 48 // 2 - 2 if _huge_pages_always() else pages
+    assert fewest <= fresh.summary.page_faults <= pages + 256
+    assert reused.summary.page_faults < 64
+    printed, quiet = format_model_profile(fresh), format_model_profile(reused)
+    assert re.search(rf"^minor page faults per fwd \(fresh pages, without hooks\): +{fresh.summary.page_faults:,} ", printed, re.M)
+    assert "note: each fwd faults in memory its allocator gave back to the OS" in printed and "note: each fwd faults" not in quiet
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

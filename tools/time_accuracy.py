@@ -67,6 +67,7 @@ from jitflops.estimates.devices import DeviceSpec, device_spec  # noqa: E402
 from jitflops.estimates.generation_time import predict_generation  # noqa: E402
 from jitflops.estimates.roofline import PredictedTimeAnalysis  # noqa: E402
 from jitflops.estimates.training_step_time import predict_training_step  # noqa: E402
+from jitflops.timing.timed_pass import minor_faults  # noqa: E402
 from jitflops.examples import ZOO, Example, llama_config  # noqa: E402
 from jitflops.examples import _config, _ids, _image, _positional, _transformers_example  # noqa: E402  (the zoo's own builders)
 
@@ -140,24 +141,29 @@ def _loss(output: Any) -> torch.Tensor:
 Timings = dict[str, list[float]]
 
 
-def forwards(models: dict[str, tuple[torch.nn.Module, tuple, dict]], repeats: int) -> tuple[Timings, Timings]:
+def forwards(models: dict[str, tuple[torch.nn.Module, tuple, dict]], repeats: int) -> tuple[Timings, Timings, Timings]:
     """Each model's forwards, the models in turn: in each turn, a model's forward right after the
     model before it's, then one right after its own, as a loop over batches runs it (which the
     prediction prices: weights that fit the last-level cache are found there). The first kind, then
-    the second. Llama GQA's (14 MB of weights) took 16.2 ms after another model's and 13.4 right
-    after its own, MobileNetV2's 13.9 and 11.9; BERT-base's and GPT-2's within 1% (2026-11-29)."""
+    the second, then the minor page faults of the second (fresh pages: what the timed pass counts,
+    :mod:`jitflops.timing.timed_pass`). Llama GQA's (14 MB of weights) took 16.2 ms after another
+    model's and 13.4 right after its own, MobileNetV2's 13.9 and 11.9; BERT-base's and GPT-2's
+    within 1% (2026-11-29)."""
     in_turn: Timings = {name: [] for name in models}
     after_own: Timings = {name: [] for name in models}
+    faults: Timings = {name: [] for name in models}
     with torch.no_grad():
         for name, (model, args, kwargs) in models.items():
             model(*args, **kwargs)
         for _ in range(repeats):
             for name, (model, args, kwargs) in models.items():
                 for samples in (in_turn, after_own):
+                    faulted = minor_faults()
                     started = time.perf_counter()
                     model(*args, **kwargs)
                     samples[name].append(time.perf_counter() - started)
-    return in_turn, after_own
+                faults[name].append(float((minor_faults() or 0) - (faulted or 0)))
+    return in_turn, after_own, faults
 
 
 def module_errors(model: torch.nn.Module, args: tuple, kwargs: dict, spec: DeviceSpec) -> dict[str, Any]:
@@ -254,13 +260,15 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
         after = forwards(models, options.repeats // 2 + 1)
         measured = {name: statistics.median(before[1][name] + after[1][name]) for name in models}
         in_turn = {name: statistics.median(before[0][name] + after[0][name]) for name in models}
+        faults = {name: statistics.median(before[2][name] + after[2][name]) for name in models}
         compiled_s = {name: statistics.median(times) for name, times in forwards(compiled, options.repeats)[1].items()}
         row: dict[str, Any] = {"calibration_s": calibration_s, "device": json.loads(spec.to_json()), "forward": {}, "training": {}, "generation": {}, "compiled": {}}
         for name, (model, args, kwargs) in models.items():
             eager = PredictedTimeAnalysis(model, args, kwargs, device=spec).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
             predicted = eager.total()
             row["forward"][name] = {"measured_s": measured[name], "predicted_s": predicted, "error": predicted / measured[name] - 1,
-                                    "measured_in_turn_s": in_turn[name], "error_in_turn": predicted / in_turn[name] - 1}
+                                    "measured_in_turn_s": in_turn[name], "error_in_turn": predicted / in_turn[name] - 1,
+                                    "page_faults": faults[name]}
             if compiled:  # the same recording, priced in the compiled mode
                 fused = eager.of_same_recording(PredictedTimeAnalysis, device=spec, mode="compiled").total()
                 row["compiled"][name] = {"measured_s": compiled_s[name], "predicted_s": fused, "error": fused / compiled_s[name] - 1}
@@ -291,7 +299,8 @@ def reduced(document: dict[str, Any]) -> dict[str, Any]:
         per_round = [row["forward"][name] for row in rounds]
         entry = {"measured_s": statistics.median(value["measured_s"] for value in per_round), "error": summary([value["error"] for value in per_round]),
                  "error_in_turn": summary([value["error_in_turn"] for value in per_round]),
-                 "set": "studied" if name in STUDIED else "outside the zoo" if name in OUTSIDE else "held out"}
+                 "set": "studied" if name in STUDIED else "outside the zoo" if name in OUTSIDE else "held out",
+                 "page_faults": summary([value["page_faults"] for value in per_round])}
         if "modules" in per_round[0]:
             entry["module_median_abs_error"] = statistics.median(value["modules"]["median_abs_error"] for value in per_round)
             entry["worst_module"] = max((value["modules"]["worst"] for value in per_round), key=lambda item: abs(item[1]))
@@ -315,11 +324,14 @@ def tables(result: dict[str, Any], rounds: int) -> str:
 
     lines = [f"Median over {rounds} rounds (spread: the lowest and highest round); calibration {result['calibration_s']['median']:.0f} s a round"
              + (f"; noise floor (the same forward in two rounds) {result['noise_floor']:.0%}" if "noise_floor" in result else ""), "",
-             "| model | forward | error | after another model's | leaf modules' median abs error | worst module | set |", "|---|---|---|---|---|---|---|"]
+             "| model | forward | error | after another model's | leaf modules' median abs error | worst module | fresh pages a forward | set |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, entry in result["forward"].items():
         worst = f"{entry['worst_module'][0]} {entry['worst_module'][1]:+.0%}" if entry.get("worst_module") else "-"
         modules = f"{entry['module_median_abs_error']:.0%}" if entry.get("module_median_abs_error") is not None else "-"
-        lines.append(f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} | {spread(entry['error_in_turn'])} | {modules} | {worst} | {entry['set']} |")
+        pages = entry["page_faults"]
+        faults = f"{pages['median']:,.0f} ({pages['low']:,.0f} to {pages['high']:,.0f})"
+        lines.append(f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} | {spread(entry['error_in_turn'])} | {modules} | {worst} | {faults} | {entry['set']} |")
     if result["training"]:
         lines += ["", "| model | training step (AdamW) | error |", "|---|---|---|"]
         lines += [f"| {name} | {entry['measured_s'] * 1e3:.0f} ms | {spread(entry['error'])} |" for name, entry in result["training"].items()]

@@ -111,6 +111,10 @@ class ProfileSummary:
     """The execution mode :attr:`predicted_s` is for (:data:`~jitflops.estimates.execution.MODES`)."""
     measured_on: Optional[str] = None
     """The device the timed pass ran on, by name: ``"cpu"``, or the GPU's (None: not timed)."""
+    page_faults: Optional[int] = None
+    """The minor page faults of the median forward without hooks: pages it touched for the first
+    time, memory the allocator had given back to the OS (None: not timed, or no count on this OS;
+    :mod:`jitflops.timing.timed_pass`). :attr:`predicted_s` leaves their time out."""
 
     @property
     def prediction_figure(self) -> str:

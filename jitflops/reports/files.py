@@ -98,6 +98,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "forward_backward_flops_per_second": summary.forward_backward_flops_per_second,
             "samples_per_second": summary.samples_per_second,
             "timing_overhead": summary.timing_overhead,
+            "page_faults_per_forward": summary.page_faults,
             "peak_flops": summary.peak_flops,
             "model_flops": summary.model_flops,
             "mfu": summary.mfu,
