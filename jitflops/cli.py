@@ -460,7 +460,8 @@ def _with_predicted_steps(args: argparse.Namespace, report: str, model: nn.Modul
                                    "error_bands": {"prefill": error_band(device, "prefill"), "decode step": error_band(device, "decode step")}}
         lines.append(f"Predicted generate() on {device.name} ({args.mode}; {args.generate} new tokens from {ids.shape[-1]}): {deepspeed_seconds(generation.total_s)} = "
                      f"prefill {deepspeed_seconds(generation.prefill_s)} ({error_note(device, 'prefill')}) + {generation.decode_steps} decode steps of "
-                     f"{deepspeed_seconds(generation.decode_s)} on average ({error_note(device, 'decode step')})")
+                     f"{deepspeed_seconds(generation.decode_s)} on average ({error_note(device, 'decode step')}); the model's calls, "
+                     "not generate()'s own work between them (its logits' processing and stopping checks)")
     if args.format == "json":
         document = json.loads(report)
         document["predicted"] = predicted

@@ -6,6 +6,7 @@ is emulated."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import shutil
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from jitflops.cli import main
 from jitflops.core.records import BACKWARD, EagerOpRecord, TensorMeta
 from jitflops.estimates.costs import kernel_seconds
 from jitflops.estimates.costs.attention import DECODE_QUERIES
@@ -479,6 +481,26 @@ def test_generation_is_a_prefill_and_decode_steps_that_grow_with_the_cache():
     assert predicted.decode_steps == 31 and predicted.first_decode_s < predicted.last_decode_s < predicted.prefill_s
     assert predicted.total_s == pytest.approx(prefill + 31 * (predicted.first_decode_s + predicted.last_decode_s) / 2)
     assert all(p.device.type == "cpu" for p in model.parameters())  # run on a meta copy
+
+
+def test_the_cli_predicts_generate_on_a_named_device(capsys):
+    transformers = pytest.importorskip("transformers")
+    settings = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100}
+    code = main(["transformers:LlamaForCausalLM", "--config", *(f"{key}={value}" for key, value in settings.items()), "--input-ids", "1,16",
+                 "--generate", "8", "--device", "h100", "--quiet", "--format", "json"])
+    predicted = json.loads(capsys.readouterr().out)["predicted"]["generation"]
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**settings)).eval()
+    expected = predict_generation(model, torch.zeros(1, 16, dtype=torch.long), 8, device="h100")
+    assert code == 0 and predicted["new_tokens"] == 8
+    assert predicted["prefill_s"] == pytest.approx(expected.prefill_s) and predicted["decode_s"] == pytest.approx(expected.decode_s)
+    assert predicted["total_s"] == pytest.approx(expected.prefill_s + 7 * expected.decode_s)
+    assert predicted["error_bands"]["decode step"] is None  # no GPU's decode step measured yet: no band is claimed
+    assert main(["transformers:LlamaForCausalLM", "--config", *(f"{key}={value}" for key, value in settings.items()), "--input-ids", "1,16",
+                 "--generate", "8", "--device", "h100", "--quiet"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Predicted generate()"))
+    assert line.startswith("Predicted generate() on h100-sxm (eager; 8 new tokens from 16): ") and "+ 7 decode steps of " in line
+    assert line.endswith("the model's calls, not generate()'s own work between them (its logits' processing and stopping checks)")
 
 
 def _slow_bfloat16(function):

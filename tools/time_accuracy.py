@@ -14,7 +14,8 @@ the prediction on that round's spec:
 - the zoo's transformers' training step (forward, backward, an AdamW step: the median of
   ``--steps`` steady steps) against ``predict_training_step``;
 - the zoo's decoders' ``generate()`` (32 new tokens from 128, greedy): the prefill's forward and the
-  mean decode step's (each forward timed by hooks) against ``predict_generation``;
+  mean decode step's (each forward timed by hooks) against ``predict_generation``, and
+  ``generate``'s own work a token outside the model's calls, which nothing predicts;
 - with ``--compiled``, every model's forward under ``torch.compile`` (compiled once, before the
   rounds; timed interleaved with the others after the eager forwards) against ``mode="compiled"``.
 
@@ -206,12 +207,13 @@ def decoder(name: str) -> torch.nn.Module:
     return transformers.LlamaForCausalLM(llama_config(256, 2, 8, 2, 688, vocab=1000)).eval()
 
 
-def generation(model: torch.nn.Module, ids: torch.Tensor, runs: int = 3) -> tuple[float, float]:
-    """The prefill's forward and the mean decode step's, each timed by hooks, medians of ``runs``
-    generations. The prompt's mask is given (no padding): without one, ``generate`` masks every
-    position holding the pad token (the random prompt's zeros), and transformers' attention then
-    reads a padding mask and folds a grouped-query model's heads into query positions (Llama GQA's
-    decode step 200 ops against 168, until 2026-11-29)."""
+def generation(model: torch.nn.Module, ids: torch.Tensor, runs: int = 3) -> tuple[float, float, float]:
+    """The prefill's forward, the mean decode step's, each timed by hooks, and ``generate``'s own
+    work a new token (its time outside the model's calls: logits processing, stopping criteria, the
+    next call's inputs; not predicted), medians of ``runs`` generations. The prompt's mask is given
+    (no padding): without one, ``generate`` masks every position holding the pad token (the random
+    prompt's zeros), and transformers' attention then reads a padding mask and folds a grouped-query
+    model's heads into query positions (Llama GQA's decode step 200 ops against 168, until 2026-11-29)."""
     times: list[float] = []
     started: list[float] = []
     pre = model.register_forward_pre_hook(lambda module, args: started.append(time.perf_counter()))
@@ -220,14 +222,16 @@ def generation(model: torch.nn.Module, ids: torch.Tensor, runs: int = 3) -> tupl
     try:
         for _ in range(runs + 1):
             times.clear()
+            begun = time.perf_counter()
             with torch.no_grad():
                 model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
-            per_run.append((times[0], statistics.mean(times[1:])))
+            outside = (time.perf_counter() - begun - sum(times)) / NEW_TOKENS
+            per_run.append((times[0], statistics.mean(times[1:]), outside))
     finally:
         pre.remove()
         post.remove()
     per_run = per_run[1:]
-    return statistics.median(run[0] for run in per_run), statistics.median(run[1] for run in per_run)
+    return tuple(statistics.median(run[part] for run in per_run) for part in range(3))  # type: ignore[return-value]
 
 
 def calibrated() -> DeviceSpec:
@@ -283,8 +287,8 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
                                          "predicted_parts_s": [predicted.forward_s, predicted.backward_s, predicted.optimizer_s]}
         for name, model in decoders.items():
             predicted = predict_generation(model, prompt, NEW_TOKENS, device=spec)
-            prefill, decode = generation(model, prompt)
-            row["generation"][name] = {"prefill_s": prefill, "predicted_prefill_s": predicted.prefill_s, "prefill_error": predicted.prefill_s / prefill - 1,
+            prefill, decode, own = generation(model, prompt)
+            row["generation"][name] = {"generate_own_s": own, "prefill_s": prefill, "predicted_prefill_s": predicted.prefill_s, "prefill_error": predicted.prefill_s / prefill - 1,
                                        "decode_s": decode, "predicted_decode_s": predicted.decode_s, "decode_error": predicted.decode_s / decode - 1}
         rounds.append(row)
         print(f"round {index + 1}: calibrated in {calibration_s:.1f} s; " + ", ".join(f"{name} {value['error']:+.0%}" for name, value in row["forward"].items()), flush=True)
@@ -310,7 +314,7 @@ def reduced(document: dict[str, Any]) -> dict[str, Any]:
             result[part][name] = {"measured_s": statistics.median(row[part][name]["measured_s"] for row in rounds),
                                   "error": summary([row[part][name]["error"] for row in rounds])}
     for name in rounds[0]["generation"]:
-        result["generation"][name] = {key: summary([row["generation"][name][key] for row in rounds]) for key in ("prefill_error", "decode_error")}
+        result["generation"][name] = {key: summary([row["generation"][name][key] for row in rounds]) for key in ("prefill_error", "decode_error", "generate_own_s")}
     if len(rounds) > 1:
         differences = [abs(rounds[1]["forward"][name]["measured_s"] / rounds[0]["forward"][name]["measured_s"] - 1) for name in rounds[0]["forward"]]
         result["noise_floor"] = statistics.median(differences)
@@ -339,8 +343,10 @@ def tables(result: dict[str, Any], rounds: int) -> str:
         lines += ["", "| model | forward under torch.compile | error |", "|---|---|---|"]
         lines += [f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} |" for name, entry in result["compiled"].items()]
     if result["generation"]:
-        lines += ["", f"| decoder | prefill ({PROMPT} tokens) error | mean decode step ({NEW_TOKENS} tokens) error |", "|---|---|---|"]
-        lines += [f"| {name} | {spread(entry['prefill_error'])} | {spread(entry['decode_error'])} |" for name, entry in result["generation"].items()]
+        lines += ["", f"| decoder | prefill ({PROMPT} tokens) error | mean decode step ({NEW_TOKENS} tokens) error | generate()'s own work a token (not predicted) |",
+                  "|---|---|---|---|"]
+        lines += [f"| {name} | {spread(entry['prefill_error'])} | {spread(entry['decode_error'])} | {entry['generate_own_s']['median'] * 1e3:.2f} ms "
+                  f"({entry['generate_own_s']['low'] * 1e3:.2f} to {entry['generate_own_s']['high'] * 1e3:.2f}) |" for name, entry in result["generation"].items()]
     return "\n".join(lines)
 
 
