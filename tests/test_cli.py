@@ -71,9 +71,12 @@ def test_profile_mode_with_trace_and_html(tmp_path):
 
 
 def test_profile_json_has_latency_on_every_called_module():
-    document = json.loads(jitflops("--example", "lstm", "--profile", "--repeats", "2", "--format", "json", "--quiet").stdout)
+    document = json.loads(jitflops("--example", "lstm", "--profile", "--repeats", "2", "--peak-tflops", "2", "--format", "json", "--quiet").stdout)
     assert all(m["latency"]["iterations"] == 2 for m in document["modules"])
-    assert document["summary"]["forward_latency"]["median_s"] > 0
+    summary = document["summary"]
+    assert summary["forward_latency"]["median_s"] > 0 and summary["page_faults_per_forward"] >= 0
+    # MFU against the peak given: the model's FLOP/s over 2 TFLOP/s
+    assert summary["peak_flops"] == 2e12 and summary["mfu"] == pytest.approx(summary["forward_flops_per_second"] / 2e12)
 
 
 def test_ops_mode_sorted_and_limited():

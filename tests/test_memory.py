@@ -335,6 +335,29 @@ def test_the_table_and_the_cli(capsys):
     assert "--fit needs a device with a memory size" in capsys.readouterr().err
 
 
+LLAMA_SETTINGS = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100}
+
+
+@pytest.mark.parametrize("flags, dtype, ids, options", [
+    (["--train", "adamw", "--checkpointing", "--dtype", "bfloat16", "--master-weights", "--autocast", "bfloat16"], torch.bfloat16, (2, 32),
+     {"train": "adamw", "checkpointing": True, "master_weights": True, "autocast": torch.bfloat16}),
+    (["--memory", "--kv-cache", "64"], torch.float32, (1, 16), {"kv_cache_length": 64}),
+    (["--train", "sgd", "--fsdp", "2", "--tp", "2"], torch.float32, (2, 32), {"train": "sgd", "fsdp": 2, "tensor_parallel": 2}),
+], ids=["mixed-precision-checkpointed-step", "kv-cache", "fsdp-by-tp"])
+def test_every_memory_flag_reaches_the_estimate(capsys, flags, dtype, ids, options):
+    """The command line's memory is the API's estimate with the options its flags name, on the model
+    as the command line builds it (from its config, on meta, in --dtype): a flag it dropped would
+    change the estimate's settings, if not its bytes."""
+    transformers = pytest.importorskip("transformers")
+    assert main(["transformers:LlamaForCausalLM", "--config", *(f"{key}={value}" for key, value in LLAMA_SETTINGS.items()), "--input-ids", ",".join(map(str, ids)),
+                 "--quiet", "--format", "json", *flags]) == 0
+    estimated = json.loads(capsys.readouterr().out)["memory"]
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA_SETTINGS)).to(dtype)
+    expected = memory_footprint(model, torch.zeros(ids, dtype=torch.long, device="meta"), **options)
+    assert estimated == json.loads(json.dumps(expected.to_dict()))
+
+
 def test_the_table_shows_each_module_by_its_full_name_indented_by_depth():
     table = memory_table(memory_footprint(_llama(), torch.zeros(1, 16, dtype=torch.long)), max_depth=3)
     labels = [line.split("|")[1].rstrip() for line in table.splitlines()[2:]]

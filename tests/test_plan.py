@@ -585,6 +585,28 @@ def test_the_command_line_plans_serving_at_each_tensor_parallelism(capsys, tmp_p
     assert plans[1]["kv_cache_per_token_bytes"] * 2 == plans[0]["kv_cache_per_token_bytes"]
 
 
+@pytest.mark.parametrize("flags, layout", [
+    (["--tp", "2", "--pp", "2", "--dp", "2", "--zero", "2", "--micro-batch", "2", "--schedule", "interleaved", "--virtual-stages", "2",
+      "--recompute", "selective", "--optimizer", "adam", "--dtype", "bfloat16"],
+     {"tp": 2, "pp": 2, "dp": 2, "zero": 2, "micro_batch": 2, "schedule": "interleaved", "virtual_stages": 2, "recompute": "selective", "optimizer": "adam"}),
+    (["--tp", "2", "--pp", "2", "--dp", "2", "--zero", "0", "--recompute", "full", "--optimizer", "sgd", "--dtype", "float32"],
+     {"tp": 2, "pp": 2, "dp": 2, "zero": 0, "recompute": "full", "optimizer": "sgd"}),
+])
+def test_the_command_line_plans_the_layout_its_flags_name(capsys, tmp_path, flags, layout):
+    """Every layout flag reaches the plan: the command line's JSON is the API's plan of that layout,
+    on the model as the command line builds it (from its config, on meta, in --dtype)."""
+    config = tmp_path / "config.json"
+    config.write_text(_small_llama().config.to_json_string())
+    assert main(["plan", str(config), "--gpus", "8", "--batch", "8", "--sequence", "512", "--tokens", "1e9", *flags, "--format", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    dtype = torch.float32 if "float32" in flags else torch.bfloat16
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(tmp_path)).to(dtype)
+    expected = plan_training(model, 512, 8, "h100", 8, tokens=1e9, **layout)
+    assert planned == {**json.loads(json.dumps(expected.to_dict())), "published_tflops_per_gpu": None}
+    assert {key: planned["layout"][key] for key in layout if key != "optimizer"} == {key: value for key, value in layout.items() if key != "optimizer"}
+
+
 def test_a_gpus_plan_runs_grouped_query_attention_by_one_fused_kernel_each_way():
     """FlashAttention takes grouped queries, so a plan on a GPU records one fused attention backward
     (its FLOPs 2.5 times the forward's, as torch.utils.flop_counter counts them); a CPU's recording
