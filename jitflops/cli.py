@@ -456,12 +456,14 @@ def _with_predicted_steps(args: argparse.Namespace, report: str, model: nn.Modul
         ids = positional[0] if positional else keywords["input_ids"]
         generation = predict_generation(model, ids, args.generate, device=device, mode=args.mode)
         predicted["generation"] = {"prefill_s": generation.prefill_s, "decode_s": generation.decode_s, "first_decode_s": generation.first_decode_s,
-                                   "last_decode_s": generation.last_decode_s, "new_tokens": args.generate, "total_s": generation.total_s,
-                                   "error_bands": {"prefill": error_band(device, "prefill"), "decode step": error_band(device, "decode step")}}
+                                   "last_decode_s": generation.last_decode_s, "own_s": generation.own_s, "new_tokens": args.generate, "total_s": generation.total_s,
+                                   "error_bands": {figure: error_band(device, figure) for figure in ("prefill", "decode step", "generate's own work")}}
+        own_note = error_note(device, "generate's own work")
+        own = (f" + generate()'s own work between them {deepspeed_seconds(generation.own_s)} ({own_note})" if generation.own_s is not None
+               else "; generate()'s own work between the calls not in it (it could not be recorded)")
         lines.append(f"Predicted generate() on {device.name} ({args.mode}; {args.generate} new tokens from {ids.shape[-1]}): {deepspeed_seconds(generation.total_s)} = "
                      f"prefill {deepspeed_seconds(generation.prefill_s)} ({error_note(device, 'prefill')}) + {generation.decode_steps} decode steps of "
-                     f"{deepspeed_seconds(generation.decode_s)} on average ({error_note(device, 'decode step')}); the model's calls, "
-                     "not generate()'s own work between them (its logits' processing and stopping checks)")
+                     f"{deepspeed_seconds(generation.decode_s)} on average ({error_note(device, 'decode step')}){own}")
     if args.format == "json":
         document = json.loads(report)
         document["predicted"] = predicted

@@ -15,7 +15,7 @@ the prediction on that round's spec:
   ``--steps`` steady steps) against ``predict_training_step``;
 - the zoo's decoders' ``generate()`` (32 new tokens from 128, greedy): the prefill's forward and the
   mean decode step's (each forward timed by hooks) against ``predict_generation``, and
-  ``generate``'s own work a token outside the model's calls, which nothing predicts;
+  ``generate``'s own work a token outside the model's calls against its ``own_s``;
 - with ``--compiled``, every model's forward under ``torch.compile`` (compiled once, before the
   rounds; timed interleaved with the others after the eager forwards) against ``mode="compiled"``.
 
@@ -210,7 +210,7 @@ def decoder(name: str) -> torch.nn.Module:
 def generation(model: torch.nn.Module, ids: torch.Tensor, runs: int = 3) -> tuple[float, float, float]:
     """The prefill's forward, the mean decode step's, each timed by hooks, and ``generate``'s own
     work a new token (its time outside the model's calls: logits processing, stopping criteria, the
-    next call's inputs; not predicted), medians of ``runs`` generations. The prompt's mask is given
+    next call's inputs), medians of ``runs`` generations. The prompt's mask is given
     (no padding): without one, ``generate`` masks every position holding the pad token (the random
     prompt's zeros), and transformers' attention then reads a padding mask and folds a grouped-query
     model's heads into query positions (Llama GQA's decode step 200 ops against 168, until 2026-11-29)."""
@@ -288,7 +288,9 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
         for name, model in decoders.items():
             predicted = predict_generation(model, prompt, NEW_TOKENS, device=spec)
             prefill, decode, own = generation(model, prompt)
-            row["generation"][name] = {"generate_own_s": own, "prefill_s": prefill, "predicted_prefill_s": predicted.prefill_s, "prefill_error": predicted.prefill_s / prefill - 1,
+            predicted_own = predicted.own_s / NEW_TOKENS if predicted.own_s is not None else float("nan")
+            row["generation"][name] = {"generate_own_s": own, "predicted_generate_own_s": predicted_own, "generate_own_error": predicted_own / own - 1,
+                                       "prefill_s": prefill, "predicted_prefill_s": predicted.prefill_s, "prefill_error": predicted.prefill_s / prefill - 1,
                                        "decode_s": decode, "predicted_decode_s": predicted.decode_s, "decode_error": predicted.decode_s / decode - 1}
         rounds.append(row)
         print(f"round {index + 1}: calibrated in {calibration_s:.1f} s; " + ", ".join(f"{name} {value['error']:+.0%}" for name, value in row["forward"].items()), flush=True)
@@ -314,7 +316,7 @@ def reduced(document: dict[str, Any]) -> dict[str, Any]:
             result[part][name] = {"measured_s": statistics.median(row[part][name]["measured_s"] for row in rounds),
                                   "error": summary([row[part][name]["error"] for row in rounds])}
     for name in rounds[0]["generation"]:
-        result["generation"][name] = {key: summary([row["generation"][name][key] for row in rounds]) for key in ("prefill_error", "decode_error", "generate_own_s")}
+        result["generation"][name] = {key: summary([row["generation"][name][key] for row in rounds]) for key in ("prefill_error", "decode_error", "generate_own_s", "generate_own_error")}
     if len(rounds) > 1:
         differences = [abs(rounds[1]["forward"][name]["measured_s"] / rounds[0]["forward"][name]["measured_s"] - 1) for name in rounds[0]["forward"]]
         result["noise_floor"] = statistics.median(differences)
@@ -343,10 +345,11 @@ def tables(result: dict[str, Any], rounds: int) -> str:
         lines += ["", "| model | forward under torch.compile | error |", "|---|---|---|"]
         lines += [f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} |" for name, entry in result["compiled"].items()]
     if result["generation"]:
-        lines += ["", f"| decoder | prefill ({PROMPT} tokens) error | mean decode step ({NEW_TOKENS} tokens) error | generate()'s own work a token (not predicted) |",
-                  "|---|---|---|---|"]
+        lines += ["", f"| decoder | prefill ({PROMPT} tokens) error | mean decode step ({NEW_TOKENS} tokens) error | generate()'s own work a token | its error |",
+                  "|---|---|---|---|---|"]
         lines += [f"| {name} | {spread(entry['prefill_error'])} | {spread(entry['decode_error'])} | {entry['generate_own_s']['median'] * 1e3:.2f} ms "
-                  f"({entry['generate_own_s']['low'] * 1e3:.2f} to {entry['generate_own_s']['high'] * 1e3:.2f}) |" for name, entry in result["generation"].items()]
+                  f"({entry['generate_own_s']['low'] * 1e3:.2f} to {entry['generate_own_s']['high'] * 1e3:.2f}) | {spread(entry['generate_own_error'])} |"
+                  for name, entry in result["generation"].items()]
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """Elementwise kernels by kind, on the spec's curves by the elements they write: transcendental
 functions by group (the vector unit's: ``exp``-like, ``tanh``-like, ``erf``, ``log``, ``sqrt``), a copy (a
-cast, a concatenation, a clone, a padding, a fill), random numbers drawn (dropout's mask), an op in
-place (no output to allocate), and every other pointwise op (arithmetic, comparisons, selections, ReLU-like activations). What moves nothing
+cast, a concatenation, a clone, a padding, a fill), random numbers drawn (dropout's mask), a
+membership test (``isin``: a loop an element), an op in place (no output to allocate), and every other pointwise op (arithmetic, comparisons, selections, ReLU-like activations). What moves nothing
 (a cast to the dtype a tensor has, dropout in eval) takes no kernel: the traffic formulas give it
 no bytes."""
 
@@ -43,6 +43,11 @@ element (training's dropout draws its mask with ``bernoulli_``: 40 ms for 3 M el
 AVX2 CPU, where an ``add`` takes 2)."""
 
 
+SERIAL = frozenset(with_inplace("isin"))
+"""Ops a CPU runs an element at a time (``isin``'s loop over the values it tests against), not by
+the vector unit: their own curve (``serial``)."""
+
+
 def _pow_family(op: OpRecord) -> str:
     """``pow`` by a small whole exponent is multiplications; by any other, the vector unit's ``exp``
     and ``log`` (as slow as a ``sqrt``)."""
@@ -62,6 +67,8 @@ def elementwise_family(op: OpRecord) -> str:
         return "copy"
     if op.kind in RANDOM:
         return "random"
+    if op.kind in SERIAL:
+        return "serial"
     return "inplace" if op.kind.endswith("_") else "arithmetic"
 
 

@@ -1,6 +1,7 @@
 """Kernels that reduce along rows or windows, on the spec's curves by the elements they read: norms
 (layer, group, RMS, a batch norm in training: read twice), a batch norm in eval mode (a scale and a
-shift per channel), softmax (three passes), windowed pools, and sums, means, maxima and global pools."""
+shift per channel), softmax (three passes), windowed pools, reductions that return an index
+(``argmax``, ``max`` along a dimension), and sums, means, maxima and global pools."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ GLOBAL_POOLS = aten_kinds(
 )
 """Pools to a fixed output size: a model's last pool is a mean over each channel, a reduction."""
 WINDOWED_POOLS = aten_kinds("avg_pool1d avg_pool2d avg_pool3d max_pool1d max_pool2d max_pool3d max_pool1d_with_indices max_pool2d_with_indices max_pool3d_with_indices")
+INDEX_REDUCTIONS = aten_kinds("argmax argmin max min")
+"""Reductions that return where their extreme is (``max`` and ``min`` along a dimension; without
+one they return the value alone, a plain reduction)."""
 BATCH_NORMS = aten_kinds("batch_norm native_batch_norm _native_batch_norm_legit _native_batch_norm_legit_no_training _batch_norm_no_update cudnn_batch_norm miopen_batch_norm")
 
 
@@ -35,6 +39,8 @@ def _family(op: OpRecord) -> str:
         return "norm"
     if op.kind in WINDOWED_POOLS:
         return "pool"
+    if op.kind in INDEX_REDUCTIONS and (op.kind in ("aten::argmax", "aten::argmin") or op.arg_or("dim", None) is not None):
+        return "index_reduction"
     return "softmax" if op.kind in SOFTMAX_OPS else "reduction"
 
 

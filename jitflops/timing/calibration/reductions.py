@@ -4,8 +4,11 @@ Each reads its input twice or more (a norm's mean and variance, then the normali
 softmax's maximum, its sum of exponentials, then the quotients), or a window per output (a max
 pool: ten times an add's time per element on a CPU), so its time is its own, not an elementwise
 op's. A batch norm in eval mode computes no statistics (a scale and a shift per channel): a kind of
-its own. Timed on float32 rows of 768 (a layer norm), 256 (a softmax over keys, a sum), 64
-channels (a batch norm), and 32 x 32 planes (a 3 x 3 max pool of stride 2), 4 Ki to 16 Mi elements.
+its own, and so is a reduction that returns where its maximum is (``argmax``, ``max`` along a
+dimension: 0.9 ns an element on a 2-core AVX-512 EPYC, twelve times a ``sum``'s; ``generate``
+takes one over the vocabulary each token). Timed on float32 rows of 768 (a layer norm), 256 (a
+softmax over keys, a sum, an argmax), 64 channels (a batch norm), and 32 x 32 planes (a 3 x 3 max
+pool of stride 2), 4 Ki to 16 Mi elements.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ KINDS: dict[str, tuple[int, Callable[[torch.Tensor], torch.Tensor]]] = {
     "batch_norm": (64, lambda x: F.batch_norm(x, torch.zeros(x.shape[-1], device=x.device), torch.ones(x.shape[-1], device=x.device))),
     "softmax": (256, lambda x: F.softmax(x, -1)),
     "reduction": (256, lambda x: x.sum(-1)),
+    "index_reduction": (256, lambda x: x.argmax(-1)),
     "pool": (1024, lambda x: F.max_pool2d(x.view(1, -1, 32, 32), 3, 2, 1)),
 }
 """Each kind's row length and call."""
