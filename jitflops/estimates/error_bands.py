@@ -17,8 +17,8 @@ from .devices import DeviceSpec, is_cpu_spec
 FIGURES = ("forward", "compiled forward", "training step", "prefill", "decode step", "generate's own work", "planned throughput")
 
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "cpu": {"forward": (-0.34, 0.24), "compiled forward": (-0.26, 0.20), "training step": (-0.45, 0.49), "prefill": (-0.43, 0.08),
-            "decode step": (-0.56, 0.14)},
+    "cpu": {"forward": (-0.34, 0.38), "compiled forward": (-0.26, 0.20), "training step": (-0.45, 0.49), "prefill": (-0.43, 0.20),
+            "decode step": (-0.63, 0.14), "generate's own work": (-0.49, -0.41)},
     "gpu": {"planned throughput": (-0.12, 0.12)},
 }
 """Per device class, per figure: the lowest and highest model's median error, as fractions, over the
@@ -38,10 +38,14 @@ widening weights at the square one's rate and the 3 x 3 grid, on 2026-11-29: the
 +14%, the training step -15% to +14%, prefill -20% to +2%, the decode step -22% to +5%; and two
 runs with transformers 5.25 on 2026-12-06, on a VM whose host work ran slower that day (Llama GQA's
 decode step 1.2-2.3 ms, 0.6 the week before; 1.7-2.1 with transformers 5.24 that day): the forward -25% to
-+17%, the training step -20% to +11%, prefill -43% to -5%, the decode step -56% to +4%)."""
++17%, the training step -20% to +11%, prefill -43% to -5%, the decode step -56% to +4%; and four runs
+later that day, with noise floors of 9% to 26% (the same forwards -28% in one round, +53% in the
+next): the forward -32% to +38%, the training step -25% to +20%, prefill -38% to +20%, the decode
+step -63% to -4%, and ``generate``'s own work between the model's calls, in the last two, -49% to
+-41%)."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28), "
-                 "the forward of 22 models outside them (2026-11-29), and 9 models again (2026-12-06): docs/benchmarks.md",
+                 "the forward of 22 models outside them (2026-11-29), and 9 models again in six runs (2026-12-06): docs/benchmarks.md",
           "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-28: docs/plan.md"}
 
 
