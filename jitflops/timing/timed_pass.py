@@ -13,10 +13,11 @@ OS keeps the count): pages of memory the forward touched for the first time. A f
 its allocator's memory faults none. One whose allocator gave freed memory back to the OS faults it
 in again every call: glibc trims the top of its heap once the freed memory there passes its
 threshold (twice the largest block it has freed), so whether a process does depends on its heap's
-history. MobileNetV2 at batch 1 faulted 2,362 to 4,910 pages (9 to 19 MiB) a forward in every
-process on a 2-core EPYC, at 0.72 to 0.83 µs a page, and took 19 to 23 ms against 16 with trimming
-off (``MALLOC_TRIM_THRESHOLD_``); ResNet-50 faulted 4,672 in one process of four, the transformers
-none. The predicted time leaves these faults out: it is the time on an allocator that keeps its memory.
+history. MobileNetV2 at batch 1 faulted 2,362 to 4,910 pages (9 to 19 MiB) a forward in each
+process of its own on a 2-core EPYC, at 0.72 to 0.83 µs a page, and took 19 to 23 ms against 16
+with trimming off (``MALLOC_TRIM_THRESHOLD_``), but none in a process holding nine models;
+ResNet-50 faulted 4,672 in one process of four, the transformers none. The predicted time leaves
+these faults out: it is the time on an allocator that keeps its memory.
 """
 
 from __future__ import annotations
