@@ -37,7 +37,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..core.model_io import ModelCall, generation_cache
 from ..frontends.meta_values import empty_copy
-from .devices import device_spec
+from .devices import DeviceSpec, device_spec
 from .roofline import DeviceLike, PredictedTimeAnalysis
 
 
@@ -149,22 +149,22 @@ def generate_own_seconds(model: nn.Module, ids: torch.Tensor, new_tokens: int, s
     return two + (new_tokens - 2) * (three - two)
 
 
+def _predicted(module: nn.Module, args: tuple, kwargs: dict[str, Any], spec: DeviceSpec, mode: str) -> float:
+    """``module``'s call on ``args`` and ``kwargs``, predicted from the dispatch backend's recording."""
+    analysis = PredictedTimeAnalysis(module, args, kwargs, device=spec, mode=mode, backend="dispatch")
+    return analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
+
+
 def predict_generation(model: nn.Module, input_ids: torch.Tensor, new_tokens: int, *, device: DeviceLike, mode: str = "eager") -> GenerationTime:
     """The predicted time of ``model.generate(input_ids, max_new_tokens=new_tokens)`` (greedy, with
-    the KV cache, every token generated) on ``device``: one prefill and ``new_tokens - 1`` decode steps."""
+    the KV cache, every token generated) on ``device``: one prefill, ``new_tokens - 1`` decode steps
+    and ``generate``'s own work between them (in eager mode, whatever ``mode`` runs the model in)."""
     if new_tokens < 1:
         raise ValueError(f"new_tokens must be at least 1, got {new_tokens}")
     spec = device_spec(device)
     twin, call, _ = empty_copy(model, ModelCall((), {"input_ids": input_ids}))
 
-    def predicted(inputs: dict[str, Any]) -> float:
-        analysis = PredictedTimeAnalysis(twin, (), inputs, device=spec, mode=mode, backend="dispatch")
-        return analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
-
-    def predicted_loop(loop: nn.Module, ids: torch.Tensor) -> float:
-        analysis = PredictedTimeAnalysis(loop, (ids,), device=spec, mode=mode, backend="dispatch")
-        return analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
-
-    prefill, first, last = generation_seconds(twin, call.kwargs["input_ids"], new_tokens, predicted)
-    own = generate_own_seconds(twin, call.kwargs["input_ids"], new_tokens, predicted_loop)
+    prefill, first, last = generation_seconds(twin, call.kwargs["input_ids"], new_tokens, lambda inputs: _predicted(twin, (), inputs, spec, mode))
+    # generate's own loop runs eagerly whatever runs the model (its CUDA graphs, its compiled code)
+    own = generate_own_seconds(twin, call.kwargs["input_ids"], new_tokens, lambda loop, ids: _predicted(loop, (ids,), {}, spec, "eager"))
     return GenerationTime(prefill, first, last, new_tokens - 1, spec.name, mode, own)
