@@ -9,8 +9,8 @@ import collections
 import dataclasses
 import json
 import math
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
