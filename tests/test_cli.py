@@ -183,3 +183,25 @@ def test_dispatch_backend_and_backward_from_the_command_line():
     dispatch = json.loads(jitflops("--example", "convnet", "--backend", "dispatch", "--backward", "--format", "json", "--quiet").stdout)
     assert dispatch["summary"]["macs"] == plain["summary"]["macs"]
     assert dispatch["summary"]["backward_macs"] > plain["summary"]["macs"] and plain["summary"]["backward_macs"] is None
+
+
+def test_warm_up_runs_that_many_untimed_forwards_before_the_timed_ones(monkeypatch, capsys):
+    """--warm-up N adds N untimed forwards to the profile's; each of --repeats adds two (the forward
+    timed with the modules' hooks, and without them)."""
+    import functools
+
+    from jitflops.cli import main
+    from jitflops.examples import LSTMTagger
+
+    calls: list[int] = []
+    forward = LSTMTagger.forward
+    monkeypatch.setattr(LSTMTagger, "forward", functools.wraps(forward)(lambda self, *args, **kwargs: calls.append(1) or forward(self, *args, **kwargs)))
+
+    def forwards(warm_up: int, repeats: int) -> int:
+        calls.clear()
+        assert main(["--example", "lstm", "--profile", "--warm-up", str(warm_up), "--repeats", str(repeats), "--format", "json", "--quiet"]) == 0
+        assert json.loads(capsys.readouterr().out)["summary"]["forward_latency"]["iterations"] == repeats
+        return len(calls)
+
+    assert forwards(4, 2) - forwards(1, 2) == 3
+    assert forwards(1, 5) - forwards(1, 2) == 2 * 3

@@ -585,18 +585,19 @@ def test_the_command_line_plans_serving_at_each_tensor_parallelism(capsys, tmp_p
     assert plans[1]["kv_cache_per_token_bytes"] * 2 == plans[0]["kv_cache_per_token_bytes"]
 
 
-@pytest.mark.parametrize("flags, layout", [
-    (["--tp", "2", "--pp", "2", "--dp", "2", "--zero", "2", "--micro-batch", "2", "--schedule", "interleaved", "--virtual-stages", "2",
-      "--recompute", "selective", "--optimizer", "adam", "--dtype", "bfloat16"],
+@pytest.mark.parametrize("built, flags, layout", [
+    ("_small_llama", ["--tp", "2", "--pp", "2", "--dp", "2", "--zero", "2", "--micro-batch", "2", "--schedule", "interleaved", "--virtual-stages", "2",
+                      "--recompute", "selective", "--optimizer", "adam", "--dtype", "bfloat16"],
      {"tp": 2, "pp": 2, "dp": 2, "zero": 2, "micro_batch": 2, "schedule": "interleaved", "virtual_stages": 2, "recompute": "selective", "optimizer": "adam"}),
-    (["--tp", "2", "--pp", "2", "--dp", "2", "--zero", "0", "--recompute", "full", "--optimizer", "sgd", "--dtype", "float32"],
+    ("_small_llama", ["--tp", "2", "--pp", "2", "--dp", "2", "--zero", "0", "--recompute", "full", "--optimizer", "sgd", "--dtype", "float32"],
      {"tp": 2, "pp": 2, "dp": 2, "zero": 0, "recompute": "full", "optimizer": "sgd"}),
+    ("_small_mixtral", ["--tp", "2", "--dp", "4", "--ep", "2"], {"tp": 2, "dp": 4, "ep": 2}),
 ])
-def test_the_command_line_plans_the_layout_its_flags_name(capsys, tmp_path, flags, layout):
+def test_the_command_line_plans_the_layout_its_flags_name(capsys, tmp_path, built, flags, layout):
     """Every layout flag reaches the plan: the command line's JSON is the API's plan of that layout,
     on the model as the command line builds it (from its config, on meta, in --dtype)."""
     config = tmp_path / "config.json"
-    config.write_text(_small_llama().config.to_json_string())
+    config.write_text(globals()[built]().config.to_json_string())
     assert main(["plan", str(config), "--gpus", "8", "--batch", "8", "--sequence", "512", "--tokens", "1e9", *flags, "--format", "json"]) == 0
     planned = json.loads(capsys.readouterr().out)
     dtype = torch.float32 if "float32" in flags else torch.bfloat16
