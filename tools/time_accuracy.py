@@ -184,20 +184,25 @@ def module_errors(model: torch.nn.Module, args: tuple, kwargs: dict, spec: Devic
             "worst": max(errors, key=lambda item: abs(item[1])) if errors else None}
 
 
-def training_step(model: torch.nn.Module, args: tuple, kwargs: dict, steps: int) -> float:
-    """The median of ``steps`` steady AdamW steps (after one that makes the optimizer's state)."""
+def training_step(model: torch.nn.Module, args: tuple, kwargs: dict, steps: int) -> tuple[float, float]:
+    """The median of ``steps`` steady AdamW steps (after one that makes the optimizer's state), and
+    of the pages each step faulted in: a block over 32 MiB (BERT-base's word embeddings' gradient,
+    AdamW's temporaries of them) is mapped afresh at every step, and the calibrated curves price
+    that; blocks under it fault where glibc has trimmed its heap, which is priced nowhere."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters())
-    times = []
+    times, faults = [], []
     for index in range(steps + 1):
+        faulted = minor_faults()
         started = time.perf_counter()
         _loss(model(*args, **kwargs)).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if index:
             times.append(time.perf_counter() - started)
+            faults.append(float((minor_faults() or 0) - (faulted or 0)))
     model.eval()
-    return statistics.median(times)
+    return statistics.median(times), statistics.median(faults)
 
 
 def decoder(name: str) -> torch.nn.Module:
@@ -284,9 +289,9 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
             if name in models:
                 model, args, kwargs = models[name]
                 predicted = predict_training_step(model, args, kwargs, device=spec)
-                step = training_step(model, args, kwargs, options.steps)
+                step, step_faults = training_step(model, args, kwargs, options.steps)
                 row["training"][name] = {"measured_s": step, "predicted_s": predicted.total_s, "error": predicted.total_s / step - 1,
-                                         "predicted_parts_s": [predicted.forward_s, predicted.backward_s, predicted.optimizer_s]}
+                                         "predicted_parts_s": [predicted.forward_s, predicted.backward_s, predicted.optimizer_s], "page_faults": step_faults}
         for name, model in decoders.items():
             predicted = predict_generation(model, prompt, NEW_TOKENS, device=spec)
             prefill, decode, own = generation(model, prompt)
@@ -317,6 +322,8 @@ def reduced(document: dict[str, Any]) -> dict[str, Any]:
         for name in rounds[0].get(part, {}):
             result[part][name] = {"measured_s": statistics.median(row[part][name]["measured_s"] for row in rounds),
                                   "error": summary([row[part][name]["error"] for row in rounds])}
+            if "page_faults" in rounds[0][part][name]:
+                result[part][name]["page_faults"] = summary([row[part][name]["page_faults"] for row in rounds])
     for name in rounds[0]["generation"]:
         result["generation"][name] = {key: summary([row["generation"][name][key] for row in rounds]) for key in ("prefill_error", "decode_error", "generate_own_s", "generate_own_error")}
     if len(rounds) > 1:
@@ -330,6 +337,10 @@ def tables(result: dict[str, Any], rounds: int) -> str:
     def spread(entry: dict[str, float]) -> str:
         return f"{entry['median']:+.0%} ({entry['low']:+.0%} to {entry['high']:+.0%})"
 
+    def pages(entry: dict[str, Any]) -> str:
+        counted = entry.get("page_faults")
+        return f"{counted['median']:,.0f} ({counted['low']:,.0f} to {counted['high']:,.0f})" if counted else "-"
+
     lines = [f"Median over {rounds} rounds (spread: the lowest and highest round); calibration {result['calibration_s']['median']:.0f} s a round"
              + (f"; noise floor (the same forward in two rounds) {result['noise_floor']:.0%}" if "noise_floor" in result else ""), "",
              "| model | forward | error | after another model's | leaf modules' median abs error | worst module | fresh pages a forward | set |",
@@ -337,12 +348,10 @@ def tables(result: dict[str, Any], rounds: int) -> str:
     for name, entry in result["forward"].items():
         worst = f"{entry['worst_module'][0]} {entry['worst_module'][1]:+.0%}" if entry.get("worst_module") else "-"
         modules = f"{entry['module_median_abs_error']:.0%}" if entry.get("module_median_abs_error") is not None else "-"
-        pages = entry["page_faults"]
-        faults = f"{pages['median']:,.0f} ({pages['low']:,.0f} to {pages['high']:,.0f})"
-        lines.append(f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} | {spread(entry['error_in_turn'])} | {modules} | {worst} | {faults} | {entry['set']} |")
+        lines.append(f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} | {spread(entry['error_in_turn'])} | {modules} | {worst} | {pages(entry)} | {entry['set']} |")
     if result["training"]:
-        lines += ["", "| model | training step (AdamW) | error |", "|---|---|---|"]
-        lines += [f"| {name} | {entry['measured_s'] * 1e3:.0f} ms | {spread(entry['error'])} |" for name, entry in result["training"].items()]
+        lines += ["", "| model | training step (AdamW) | error | fresh pages a step |", "|---|---|---|---|"]
+        lines += [f"| {name} | {entry['measured_s'] * 1e3:.0f} ms | {spread(entry['error'])} | {pages(entry)} |" for name, entry in result["training"].items()]
     if result["compiled"]:
         lines += ["", "| model | forward under torch.compile | error |", "|---|---|---|"]
         lines += [f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} |" for name, entry in result["compiled"].items()]
@@ -361,7 +370,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=MODELS, choices=MODELS + list(OUTSIDE))
     parser.add_argument("--outside", action="store_true", help="the models outside the zoo (OUTSIDE) instead of the zoo's")
     parser.add_argument("--repeats", type=int, default=7, help="interleaved forwards of each model per round")
-    parser.add_argument("--steps", type=int, default=4, help="timed training steps per model and round")
+    parser.add_argument("--steps", type=int, default=6, help="timed training steps per model and round")
     parser.add_argument("--no-modules", dest="modules", action="store_false", help="skip the per-module timed pass")
     parser.add_argument("--no-training", dest="training", action="store_false")
     parser.add_argument("--no-generation", dest="generation", action="store_false")
