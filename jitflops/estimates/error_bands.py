@@ -18,7 +18,7 @@ FIGURES = ("forward", "compiled forward", "training step", "prefill", "decode st
 
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
     "cpu": {"forward": (-0.34, 0.38), "compiled forward": (-0.26, 0.20), "training step": (-0.45, 0.49), "prefill": (-0.43, 0.20),
-            "decode step": (-0.63, 0.14), "generate's own work": (-0.49, -0.41)},
+            "decode step": (-0.63, 0.14), "generate's own work": (-0.55, -0.28)},
     "gpu": {"planned throughput": (-0.12, 0.12)},
 }
 """Per device class, per figure: the lowest and highest model's median error, as fractions, over the
@@ -42,10 +42,12 @@ decode step 1.2-2.3 ms, 0.6 the week before; 1.7-2.1 with transformers 5.24 that
 later that day, with noise floors of 9% to 26% (the same forwards -28% in one round, +53% in the
 next): the forward -32% to +38%, the training step -25% to +20%, prefill -38% to +20%, the decode
 step -63% to -4%, and ``generate``'s own work between the model's calls, in the last two, -49% to
--41%)."""
+-41%; and one run later still, with each leaf module's time over 9 passes and 6 training steps a
+round: the forward -20% to +7%, the training step -21% to -9%, prefill -24% to -14%, the decode
+step -42% to -18%, ``generate``'s own work -55% to -28%)."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28), "
-                 "the forward of 22 models outside them (2026-11-29), and 9 models again in six runs (2026-12-06): docs/benchmarks.md",
+                 "the forward of 22 models outside them (2026-11-29), and 9 models again in seven runs (2026-12-06): docs/benchmarks.md",
           "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-28: docs/plan.md"}
 
 
