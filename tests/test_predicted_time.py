@@ -92,7 +92,7 @@ def test_a_spec_for_a_process_with_half_its_cores_time_gives_every_time_twice():
     """Every part of a prediction (products from the grids, curves, the host's calls, the optimizer)
     on a spec whose process gets half of its cores' time takes twice as long, to the rounding."""
     grid = ProductGrid((1, 1000), (100, 10_000), ((4e10, 4e10), (4e11, 4e11)))
-    spec = _spec(cache_bytes=2**20, resident_products={"float32": grid}, pointwise_products={"float32": grid}, product_aspects={"float32": grid},
+    spec = _spec(cache_bytes=2**20, pointwise_products={"float32": grid}, product_aspects={"float32": grid},
                  grouped_convolutions={"float32": grid}, three_by_three_convolutions={"float32": grid}, resident_pointwise_products={"float32": grid})
     shared = spec.time_shared(0.5)
     x = torch.randn(1000, 100)
@@ -271,23 +271,25 @@ def test_a_libraries_call_costs_a_gpus_host_its_own_calibrated_time_and_an_ops_w
     assert DeviceSpec.from_mapping(__import__("json").loads(libraries.to_json())) == libraries
 
 
-def test_a_model_whose_weights_the_cache_holds_reads_its_products_from_the_cache_grid():
-    """``_Mlp``'s 80 KB of weights fit half of a 1 MB cache: its products take the resident grid's
-    rate (4e11 FLOP/s), not the memory grid's (1e11); with a 100 KB cache they do not fit, and the
-    training step (weights, gradients and optimizer state) keeps the memory grid."""
-    resident = ProductGrid((1, 1000), (100, 10_000), ((4e10, 4e10), (4e11, 4e11)))
-    spec = _spec(cache_bytes=2**20, resident_products={"float32": resident})
+def test_a_models_products_read_memorys_grid_whatever_its_size_and_an_older_specs_cache_grid_is_dropped():
+    """A product reads each weight once a forward (a decode step once a token), the forward's other
+    weights and activations passing through the caches in between: ``_Mlp``'s 80 KB of weights in a
+    1 MB cache take the product grid's rate (1e11 FLOP/s), as a 4 MB model's do. A spec file of an
+    earlier release, which kept a grid of products timed in the cache (``resident_products``), reads
+    as the spec without it."""
     x = torch.randn(1000, 100)
+    spec = _spec(cache_bytes=2**20)
     flops = 2.0 * 1000 * 100 * 100
-    cold = PredictedTimeAnalysis(_Mlp(), x, device=_spec()).total()
-    assert PredictedTimeAnalysis(_Mlp(), x, device=spec).total() == pytest.approx(cold - 2 * flops / 1e11 + 2 * flops / 4e11)
-    assert PredictedTimeAnalysis(_Mlp(), x, device=_spec(cache_bytes=100_000, resident_products={"float32": resident})).total() == pytest.approx(cold)
-    assert spec.for_weights(2**19).products["float32"] is resident and spec.for_weights(2**19 + 1) is spec
-    assert DeviceSpec.from_mapping(__import__("json").loads(spec.to_json())) == spec
-    wide = nn.Sequential(nn.Linear(1000, 1000))  # 4 MB: the copy of a resident analysis on it reads memory's grid
-    assert PredictedTimeAnalysis(_Mlp(), x, device=spec).copy(wide, torch.randn(1000, 1000)).total() == pytest.approx(
-        PredictedTimeAnalysis(wide, torch.randn(1000, 1000), device=_spec()).total())
-    assert predict_training_step(_Mlp(), x, device=spec).total_s == pytest.approx(predict_training_step(_Mlp(), x, device=_spec()).total_s)
+    memory = PredictedTimeAnalysis(_Mlp(), x, device=spec).total()
+    assert PredictedTimeAnalysis(_Mlp(), x, device=_spec()).total() == pytest.approx(memory)
+    assert PredictedTimeAnalysis(_Mlp(), x, device=_spec(products={"float32": ProductGrid((1, 1000), (100, 10_000), ((1e10, 1e10), (5e10, 5e10)))})).total() == pytest.approx(
+        memory + 2 * flops / 5e10 - 2 * flops / 1e11)  # the grid's rate, not a cache's
+    assert spec.for_weights(2**19) is spec
+    older = json.loads(spec.to_json())
+    older["resident_products"] = {"float32": {"rows": [1, 1000], "weights": [100, 10_000], "rates": [[4e10, 4e10], [4e11, 4e11]]}}
+    assert DeviceSpec.from_mapping(older) == spec
+    with pytest.raises(DeviceSpecError, match="unknown keys resident_product"):
+        DeviceSpec.from_mapping({**json.loads(spec.to_json()), "resident_product": {}})
 
 
 def test_a_one_by_one_convolution_reads_the_pointwise_grid_where_the_spec_has_one():
@@ -561,7 +563,6 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     """With every bfloat16 product, convolution and attention made as slow as on a CPU without
     bfloat16 vector units, a calibration of a 6 s budget ends within it, and marks bfloat16 emulated."""
     from jitflops.timing.calibration import calibrate, products
-    from jitflops.timing.calibration.products import RESIDENT_MOST_ROWS, RESIDENT_ROTATION
 
     for name in ("linear", "conv2d", "scaled_dot_product_attention"):
         monkeypatch.setattr(F, name, _slow_bfloat16(getattr(F, name)))
@@ -584,8 +585,6 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     if caches:  # util-linux's reading of the last-level cache (one instance's bytes) is the spec's
         last = max(zip(caches[::2], caches[1::2]), key=lambda pair: int(pair[0]))
         assert spec.cache_bytes == int(last[1])
-        assert spec.resident_products["float32"].weights[-1] * 4 * 2 <= spec.cache_bytes * RESIDENT_ROTATION  # the widths two weights of which a quarter of it holds
-        assert spec.resident_products["float32"].rows[-1] == RESIDENT_MOST_ROWS
         assert spec.resident_pointwise_products["float32"].rows == spec.pointwise_products["float32"].rows  # the same 1 x 1 grid, each call after one of its own
     assert set(spec.host_s) == set(HOST_KINDS) - set(LIBRARY_CALLS)  # a CPU's library calls are timed in their curves
     assert spec.host_s["dtensor"] > spec.host_s["op"] and spec.host_s["parallel_dtensor"] > spec.host_s["op"]  # DTensor's Python on top of the op's
@@ -612,8 +611,8 @@ def test_a_timer_that_produces_rewrites_an_activations_input_before_each_timed_c
 
 
 def test_a_timer_that_reruns_times_a_call_right_after_its_untimed_runs():
-    """The resident grid's timer: each timed call after ``reruns`` untimed ones (a pass over weights
-    in the cache finds them where its own last passes left them), in a family's passes too."""
+    """The resident 1 x 1 grid's timer: each timed call after ``reruns`` untimed ones (its weights,
+    oneDNN's buffers and its output's memory where its own last call left them), in a family's passes too."""
     from jitflops.timing.calibration.budget import Budget, CallTimer, interleaved_medians
 
     calls: list[int] = []

@@ -47,13 +47,19 @@ tensor parallelism sharded, its parallel style's conversions (``from_local``, ``
 FSDP2's hooks in a forward and backward, per unit it shards and per parameter tensor (the plan's,
 on a CPU)."""
 
-GRIDS = ("products", "resident_products", "pointwise_products", "resident_pointwise_products", "product_aspects", "grouped_convolutions",
+GRIDS = ("products", "pointwise_products", "resident_pointwise_products", "product_aspects", "grouped_convolutions",
          "three_by_three_convolutions")
 """A spec's fields of measured grids (:class:`ProductGrid` per dtype key): validated, scaled by
 :meth:`DeviceSpec.time_shared` and read from a spec file alike."""
 
 RESIDENT_SHARE = 0.5
-"""The share of the last-level cache a model's weights may take and still be read from it."""
+"""The share of the last-level cache a model's weights may take and still have its 1 x 1
+convolutions read from the grid timed in the cache (:meth:`DeviceSpec.for_weights`)."""
+
+RETIRED_KEYS = frozenset({"resident_products"})
+"""Keys of spec files written by earlier releases that no field reads any more, dropped on reading
+(``resident_products``, products timed after passes over weights in the last-level cache: a
+model's forward or decode step does not find its weights there; until 2026-12-06)."""
 
 DTYPE_KEYS = ("float64", "float32", "tf32", "bfloat16", "float16", "float8", "int8")
 """The keys of a spec's peaks: torch's dtype names, ``tf32`` for float32 matmuls on tensor cores,
@@ -106,9 +112,6 @@ class DeviceSpec:
     or AMX): calibrated on small products only."""
     cache_bytes: Optional[int] = None
     """The last-level cache's bytes (``jitflops calibrate`` on a CPU)."""
-    resident_products: Mapping[str, ProductGrid] = field(default_factory=dict)
-    """Product rates per dtype key with the weights in the last-level cache (``jitflops calibrate``
-    on a CPU): what a model whose weights fit there reaches (:meth:`for_weights`)."""
     pointwise_products: Mapping[str, ProductGrid] = field(default_factory=dict)
     """1 x 1 convolutions' rates per dtype key, by positions and weight size (``jitflops calibrate``
     on a CPU): oneDNN's convolution of a channels-first image, not the product of the same shape."""
@@ -192,14 +195,17 @@ class DeviceSpec:
         return self.compute_efficiency * curve[-1][1]
 
     def for_weights(self, weight_bytes: int) -> "DeviceSpec":
-        """The spec a model with ``weight_bytes`` of weights runs on: its products and 1 x 1
-        convolutions read from the cache's grids (:attr:`resident_products`,
-        :attr:`resident_pointwise_products`) where the weights take at most :data:`RESIDENT_SHARE`
-        of :attr:`cache_bytes` (the rest holds the activations), this spec otherwise."""
-        if not (self.resident_products or self.resident_pointwise_products) or self.cache_bytes is None or weight_bytes > RESIDENT_SHARE * self.cache_bytes:
+        """The spec a model with ``weight_bytes`` of weights runs on: its 1 x 1 convolutions read
+        from the grid timed in the cache (:attr:`resident_pointwise_products`) where the weights
+        take at most :data:`RESIDENT_SHARE` of :attr:`cache_bytes` (the rest holds the
+        activations), this spec otherwise. Its products read the grid timed from memory whatever
+        its size: a product reads each weight once a forward, a decode step once a token, and the
+        forward's other weights and activations pass through the caches in between (on a 2-core
+        EPYC VM, Llama GQA's 6.3 MiB decode step was priced -62% from a grid timed after passes
+        over weights in its 32 MiB cache, -19% to -23% from memory's)."""
+        if not self.resident_pointwise_products or self.cache_bytes is None or weight_bytes > RESIDENT_SHARE * self.cache_bytes:
             return self
-        return dataclasses.replace(self, products={**self.products, **self.resident_products},
-                                   pointwise_products={**self.pointwise_products, **self.resident_pointwise_products})
+        return dataclasses.replace(self, pointwise_products={**self.pointwise_products, **self.resident_pointwise_products})
 
     def time_shared(self, share: float) -> "DeviceSpec":
         """This spec for a process that gets ``share`` of its cores' time: more processes than cores
@@ -236,6 +242,7 @@ class DeviceSpec:
     @classmethod
     def from_mapping(cls, document: Mapping[str, Any], origin: str = "") -> "DeviceSpec":
         known = {field.name for field in dataclasses.fields(cls)} - {"matches"}
+        document = {key: value for key, value in document.items() if key not in RETIRED_KEYS}
         unknown = set(document) - known
         missing = {"name", "peak_flops", "memory_bandwidth"} - set(document)
         if unknown or missing:

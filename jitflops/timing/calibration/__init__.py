@@ -41,13 +41,12 @@ from .convolutions import POINTWISE_RESIDENT_RERUNS, convolution_curves, grouped
 from .elementwise import elementwise_curves
 from .gathers import gather_curve
 from .host import host_seconds
-from .products import (CPU_MOST_FLOPS, CPU_ROWS, CPU_WIDTHS, GPU_ROWS, GPU_WIDTHS, aspect_grid, batched_curve, is_emulated, last_level_cache_bytes, product_grid,
-                       resident_grid)
+from .products import CPU_MOST_FLOPS, CPU_ROWS, CPU_WIDTHS, GPU_ROWS, GPU_WIDTHS, aspect_grid, batched_curve, is_emulated, last_level_cache_bytes, product_grid
 from .reductions import reduction_curves
 
 CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-SHARES = {"products": 0.30, "aspects": 0.03, "resident": 0.04, "batched": 0.06, "convolutions": 0.07, "three_by_three": 0.04, "pointwise": 0.04, "resident_pointwise": 0.03, "grouped": 0.02,
+SHARES = {"products": 0.34, "aspects": 0.03, "batched": 0.06, "convolutions": 0.07, "three_by_three": 0.04, "pointwise": 0.04, "resident_pointwise": 0.03, "grouped": 0.02,
           "attention": 0.08, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
 """Each family's share of the budget, after the host's time per call and the bandwidth are measured (2-4 s)."""
 
@@ -131,7 +130,6 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
     aspects = _each_dtype(budget.seconds * SHARES["aspects"], native,
                           lambda dtype, share: aspect_grid(cold, dtype, share, rows, widths[len(widths) // 2], most, widening=gpu))
     cache = None if gpu else last_level_cache_bytes()
-    resident = resident_grid(Budget(budget.seconds * SHARES["resident"]), rows, widths, cache) if cache and torch.float32 in dtypes else None
     pointwise = {} if gpu else _each_dtype(budget.seconds * SHARES["pointwise"], native, lambda dtype, share: pointwise_grid(produced, dtype, share))
     resident_pointwise = pointwise_grid(CallTimer(target, flush=False, produce=True, reruns=POINTWISE_RESIDENT_RERUNS), torch.float32,
                                         Budget(budget.seconds * SHARES["resident_pointwise"])) if cache and torch.float32 in dtypes else None
@@ -167,7 +165,6 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
         host_s=host,
         emulated=tuple(emulated),
         cache_bytes=cache,
-        resident_products={"float32": resident} if resident is not None else {},
         pointwise_products=pointwise,
         resident_pointwise_products={"float32": resident_pointwise} if resident_pointwise is not None else {},
         product_aspects=aspects,

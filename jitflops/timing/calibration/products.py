@@ -4,10 +4,12 @@ A product's rate depends on more than its FLOPs: one row against a 4,096 x 4,096
 weight from memory for 2 FLOPs an element (a CPU reaches a tenth of its peak), while 512 rows reuse
 each weight element 512 times. So products are timed on a grid of rows (tokens) by square weights,
 ``F.linear`` as models call it, each call on weights from memory; the spec keeps the grid of rates
-(:class:`~jitflops.estimates.devices.ProductGrid`). A model whose weights all fit in a CPU's
-last-level cache reads them from there, not from memory, on every forward after its first: a second
-grid takes weights filling a quarter of that cache in turn, never flushed, enough of them to
-overflow the caches nearer the cores (:func:`resident_grid`). Batched products (attention's scores
+(:class:`~jitflops.estimates.devices.ProductGrid`), which every model's products read, whatever
+its size: a forward reads each weight once, with its other weights and activations through the
+caches in between. Until 2026-12-06 a second grid, timed after passes over weights filling a
+quarter of a CPU's last-level cache, priced the products of a model whose weights fit half of it:
+Llama GQA's decode step (6.3 MiB of weights, a 32 MiB cache) at 0.92 ms against 2.4 measured,
+where memory's grid gives 1.94. Batched products (attention's scores
 and values) get a curve of their own, by FLOPs. A dtype the device computes without vector units (bfloat16 on a
 CPU without AVX-512 BF16 or AMX runs at a hundredth of float32's rate) is found by one small
 product and timed on small products only: it is marked emulated, and a calibration stays within its
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -46,10 +47,6 @@ EMULATED_BELOW = 0.1
 
 _PROBE = (128, 512, 512)
 
-RESIDENT_ROTATION = 0.25
-"""The share of the last-level cache the resident grid's weights take, taken in turn: more than a
-core's own caches hold (a quarter of a 32 MiB L3 against a 1 MiB L2), less than the cache."""
-
 
 def last_level_cache_bytes() -> Optional[int]:
     """The size of this CPU's last-level cache, as Linux reports it (None where it does not)."""
@@ -65,9 +62,9 @@ def last_level_cache_bytes() -> Optional[int]:
     return sizes[max(sizes)] if sizes else None
 
 
-def _operands(device: torch.device, dtype: torch.dtype, rows: int, width: int, count: int = 3) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _operands(device: torch.device, dtype: torch.dtype, rows: int, width: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
     x = torch.randn(rows, width, device=device).to(dtype)
-    return x, [torch.randn(width, width, device=device).to(dtype) for _ in range(count)]
+    return x, [torch.randn(width, width, device=device).to(dtype) for _ in range(3)]
 
 
 def product_rate(timer: CallTimer, dtype: torch.dtype, rows: int, width: int) -> float:
@@ -100,30 +97,23 @@ def is_emulated(timer: CallTimer, dtype: torch.dtype, float32_rate: float) -> bo
 
 
 def product_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequence[int], widths: Sequence[int],
-                 most_flops: float = float("inf"), rotation_bytes: int = 0) -> ProductGrid:
+                 most_flops: float = float("inf")) -> ProductGrid:
     """The grid of ``dtype``'s rates, its products timed in interleaved passes (smallest first) while
     ``budget`` lasts; a product not timed (over ``most_flops``, or one the budget cannot afford)
     takes the rate of the largest timed one of its row, or of the row below. Each size's calls take
-    3 weights in turn; with ``rotation_bytes``, a size's call is one product on each of as many
-    weights as that holds, back to back, as a model's forward runs its products, and its time is
-    that pass's over its count of weights."""
-    def copies(width: int) -> int:
-        return max(3, math.ceil(rotation_bytes / (width * width * dtype.itemsize)))
-    operands = functools.lru_cache(maxsize=None)(lambda width: _operands(timer.device, dtype, max(rows), width, copies(width)))  # made at a width's first product
+    3 weights in turn."""
+    operands = functools.lru_cache(maxsize=None)(lambda width: _operands(timer.device, dtype, max(rows), width))  # made at a width's first product
     cells = sorted(((2.0 * row * width * width, row, width) for row in rows for width in widths if 2.0 * row * width * width <= most_flops))
-    products_per_call = {width: copies(width) if rotation_bytes else 1 for width in widths}
 
     def maker(row: int, width: int) -> Maker:
         def make() -> Callable[[], object]:
             x, weights = operands(width)
             rows_of_x = x[:row]
-            if rotation_bytes:
-                return lambda: [F.linear(rows_of_x, weight) for weight in weights]
             turns = itertools.cycle(weights)
             return lambda: F.linear(rows_of_x, next(turns))
         return make
-    medians = interleaved_medians(timer, budget, [(flops * products_per_call[width], maker(row, width)) for flops, row, width in cells])
-    timed = {(row, width): flops * products_per_call[width] / seconds for (flops, row, width), seconds in zip(cells, medians) if seconds is not None}
+    medians = interleaved_medians(timer, budget, [(flops, maker(row, width)) for flops, row, width in cells])
+    timed = {(row, width): flops / seconds for (flops, row, width), seconds in zip(cells, medians) if seconds is not None}
     return ProductGrid(tuple(rows), tuple(width * width for width in widths), filled_rates(rows, widths, timed))
 
 
@@ -175,30 +165,6 @@ def aspect_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequ
     medians = interleaved_medians(timer, budget, [(flops, maker(row, inner)) for flops, row, inner in cells])
     timed = {(row, inner): flops / seconds for (flops, row, inner), seconds in zip(cells, medians) if seconds is not None}
     return ProductGrid(tuple(rows), inners, filled_rates(rows, inners, timed))
-
-
-RESIDENT_MOST_ROWS = 512
-"""The most rows the resident grid times: a product of more runs at 512 rows' rate there (193 to 213
-GFLOP/s at 512 and 2,048 rows on the 2-core EPYC), and 2,048 rows' passes took two thirds of the grid's time."""
-
-RESIDENT_RERUNS = 4
-"""Untimed passes over a size's weights before its timed one. On the 2-core EPYC, after the other
-widths' passes, one row by each of 32 weights of 256 x 256 (8 MB) took 18.7, 14.7, 11.8 and 8.1 us
-a product after 1, 2, 3 and 5 passes of its own, 5.5 in a loop over them alone."""
-
-
-def resident_grid(budget: Budget, rows: Sequence[int], widths: Sequence[int], cache_bytes: int) -> Optional[ProductGrid]:
-    """float32's grid on a CPU with its weights in the last-level cache of ``cache_bytes``: the
-    widths whose weights fit :data:`RESIDENT_ROTATION` of it, several times over (None: none does),
-    each size's call a pass over them, timed after :data:`RESIDENT_RERUNS` untimed passes of its own,
-    as a model whose weights fit the cache runs every forward after its first. Before 2026-11-29 each
-    call took the next weight of the rotation, interleaved with the other sizes, which had evicted
-    it: one row by a 256 x 256 weight at 24 us, where a loop over 8 MB of such weights takes 5 us a
-    product and one over 64 MB 21, and Llama GQA's decode step was priced 33% over its time."""
-    rotation = int(cache_bytes * RESIDENT_ROTATION)
-    fitting = [width for width in widths if 2 * width * width * 4 <= rotation]
-    timer = CallTimer(torch.device("cpu"), flush=False, reruns=RESIDENT_RERUNS)
-    return product_grid(timer, torch.float32, budget, [row for row in rows if row <= RESIDENT_MOST_ROWS], fitting, rotation_bytes=rotation) if fitting else None
 
 
 BATCHED_SIZES = ((4, 16), (4, 32), (12, 16), (12, 32), *((batch, length) for batch in (12, 48) for length in (64, 128, 256, 512, 1024)))
