@@ -44,13 +44,13 @@ next): the forward -32% to +38%, the training step -25% to +20%, prefill -38% to
 step -63% to -4%, and ``generate``'s own work between the model's calls, in the last two, -49% to
 -41%; and one run later still, with each leaf module's time over 9 passes and 6 training steps a
 round: the forward -20% to +7%, the training step -21% to -9%, prefill -24% to -14%, the decode
-step -42% to -18%, ``generate``'s own work -55% to -28%; and one run with every model's products
-priced from the grid timed from memory, noise floor 3%: the forward -26% to +3%, the training step
--14% to -2%, prefill -16% to -12%, the decode step -15% to +53% (Llama GQA's, measured at 1.2 ms
-that hour and 2.4 in a busier one), ``generate``'s own work -50% to -20%)."""
+step -42% to -18%, ``generate``'s own work -55% to -28%; and two runs with every model's products
+priced from the grid timed from memory, noise floors 3% and 17%: the forward -26% to +3%, the
+training step -22% to +2%, prefill -16% to -10%, the decode step -15% to +53% (Llama GQA's,
+measured at 1.2-1.7 ms those hours and 2.4 in a busier one), ``generate``'s own work -50% to -20%)."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28), "
-                 "the forward of 22 models outside them (2026-11-29), and 9 models again in eight runs (2026-12-06): docs/benchmarks.md",
+                 "the forward of 22 models outside them (2026-11-29), and 9 models again in nine runs (2026-12-06): docs/benchmarks.md",
           "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-28: docs/plan.md"}
 
 
