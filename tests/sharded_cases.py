@@ -7,7 +7,6 @@ counts. Every rank builds the same model from the same seed, so an unsharded cop
 
 from __future__ import annotations
 
-import copy
 import faulthandler
 import inspect
 import json

@@ -132,7 +132,7 @@ def test_meta_device_and_no_compute_count_the_same_bytes():
 # -------------------------------------------------------------- torch's op database
 
 common_methods_invocations = pytest.importorskip("torch.testing._internal.common_methods_invocations")
-from test_op_database import OP_IDS, OPS, TRACER_CANNOT_TRACE, OpModule, _runnable_samples  # noqa: E402
+from test_op_database import OP_IDS, OPS, OpModule, _runnable_samples  # noqa: E402
 
 
 RETURNED_AS_GIVEN = {

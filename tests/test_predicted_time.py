@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitflops.cli import main
-from jitflops.core.records import BACKWARD, EagerOpRecord, TensorMeta
+from jitflops.core.records import EagerOpRecord, TensorMeta
 from jitflops.estimates.costs import kernel_seconds
 from jitflops.estimates.costs.attention import DECODE_QUERIES
 from jitflops.estimates.devices import HOST_KINDS, LIBRARY_CALLS, DeviceSpec, DeviceSpecError
