@@ -56,7 +56,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -144,6 +144,11 @@ def _loss(output: Any) -> torch.Tensor:
 Timings = dict[str, list[float]]
 
 
+def faults_since(before: Optional[int]) -> float:
+    """The minor page faults this process took since ``minor_faults()`` gave ``before`` (0 where the OS keeps no count)."""
+    return float((minor_faults() or 0) - (before or 0))
+
+
 def forwards(models: dict[str, tuple[torch.nn.Module, tuple, dict]], repeats: int) -> tuple[Timings, Timings, Timings]:
     """Each model's forwards, the models in turn: in each turn, a model's forward right after the
     model before it's, then one right after its own, as a loop over batches runs it (which the
@@ -165,7 +170,7 @@ def forwards(models: dict[str, tuple[torch.nn.Module, tuple, dict]], repeats: in
                     started = time.perf_counter()
                     model(*args, **kwargs)
                     samples[name].append(time.perf_counter() - started)
-                faults[name].append(float((minor_faults() or 0) - (faulted or 0)))
+                faults[name].append(faults_since(faulted))
     return in_turn, after_own, faults
 
 
@@ -200,7 +205,7 @@ def training_step(model: torch.nn.Module, args: tuple, kwargs: dict, steps: int)
         optimizer.zero_grad(set_to_none=True)
         if index:
             times.append(time.perf_counter() - started)
-            faults.append(float((minor_faults() or 0) - (faulted or 0)))
+            faults.append(faults_since(faulted))
     model.eval()
     return statistics.median(times), statistics.median(faults)
 
