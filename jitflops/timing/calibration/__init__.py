@@ -7,9 +7,9 @@ environment's ``JITFLOPS_CALIBRATION_BUDGET_S`` set another), it measures:
 - products: a grid of rates by rows and weight size per dtype, the rates one weight size reaches
   by its shape (an inner width half, equal to and twice the square's), and batched products by FLOPs
   on operands just written (:mod:`.products`); a dtype the device only emulates is found, marked
-  and timed on small products; on a CPU, float32's grid again with the weights in the last-level cache, and that cache's size;
+  and timed on small products; on a CPU, the last-level cache's size;
 - on a CPU, 1 x 1 convolutions on a grid of their own by positions and weight size, per dtype it
-  runs at speed;
+  runs at speed, and float32's again with each call right after one of its own;
 - dense and depthwise convolutions (:mod:`.convolutions`), grouped ones on a grid by the width of a
   group and FLOPs, per dtype it runs at speed, and fused attention, causal or not, and
   a decode step's one query (:mod:`.attention`), by FLOPs, per dtype it runs at speed;
