@@ -56,7 +56,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
@@ -68,7 +68,7 @@ from jitflops.estimates.devices import DeviceSpec, device_spec  # noqa: E402
 from jitflops.estimates.generation_time import predict_generation  # noqa: E402
 from jitflops.estimates.roofline import PredictedTimeAnalysis  # noqa: E402
 from jitflops.estimates.training_step_time import predict_training_step  # noqa: E402
-from jitflops.timing.timed_pass import minor_faults  # noqa: E402
+from jitflops.timing.timed_pass import faults_since, minor_faults  # noqa: E402
 from jitflops.examples import ZOO, Example, llama_config  # noqa: E402
 from jitflops.examples import _config, _ids, _image, _positional, _transformers_example  # noqa: E402  (the zoo's own builders)
 
@@ -144,15 +144,9 @@ def _loss(output: Any) -> torch.Tensor:
 Timings = dict[str, list[float]]
 
 
-def faults_since(before: Optional[int]) -> float:
-    """The minor page faults this process took since ``minor_faults()`` gave ``before`` (0 where the OS keeps no count)."""
-    return float((minor_faults() or 0) - (before or 0))
-
-
 def forwards(models: dict[str, tuple[torch.nn.Module, tuple, dict]], repeats: int) -> tuple[Timings, Timings, Timings]:
     """Each model's forwards, the models in turn: in each turn, a model's forward right after the
-    model before it's, then one right after its own, as a loop over batches runs it (which the
-    prediction prices: weights that fit the last-level cache are found there). The first kind, then
+    model before it's, then one right after its own, as a loop over batches runs it. The first kind, then
     the second, then the minor page faults of the second (fresh pages: what the timed pass counts,
     :mod:`jitflops.timing.timed_pass`). Llama GQA's (14 MB of weights) took 16.2 ms after another
     model's and 13.4 right after its own, MobileNetV2's 13.9 and 11.9; BERT-base's and GPT-2's
@@ -170,7 +164,7 @@ def forwards(models: dict[str, tuple[torch.nn.Module, tuple, dict]], repeats: in
                     started = time.perf_counter()
                     model(*args, **kwargs)
                     samples[name].append(time.perf_counter() - started)
-                faults[name].append(faults_since(faulted))
+                faults[name].append(float(faults_since(faulted) or 0))
     return in_turn, after_own, faults
 
 
@@ -205,7 +199,7 @@ def training_step(model: torch.nn.Module, args: tuple, kwargs: dict, steps: int)
         optimizer.zero_grad(set_to_none=True)
         if index:
             times.append(time.perf_counter() - started)
-            faults.append(faults_since(faulted))
+            faults.append(float(faults_since(faulted) or 0))
     model.eval()
     return statistics.median(times), statistics.median(faults)
 

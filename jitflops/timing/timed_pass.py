@@ -264,6 +264,12 @@ def minor_faults() -> Optional[int]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else None
 
 
+def faults_since(before: Optional[int]) -> Optional[int]:
+    """The minor page faults this process took since :func:`minor_faults` gave ``before`` (None: no count)."""
+    after = minor_faults()
+    return after - before if before is not None and after is not None else None
+
+
 def time_modules(
     model: nn.Module,
     call: ModelCall,
@@ -294,9 +300,9 @@ def time_modules(
         for _ in iterate(iter(range(repeats)), repeats, "timed"):
             before = minor_faults()
             untimed.append(_timed(clock, lambda: call.run(model)))
-            after = minor_faults()
-            if before is not None and after is not None:
-                faults.append(after - before)
+            faulted = faults_since(before)
+            if faulted is not None:
+                faults.append(faulted)
             handles = recorder.install(model)
             try:
                 timed.append(_timed(clock, lambda: call.run(model)))
