@@ -313,6 +313,48 @@ def test_a_one_by_one_convolution_reads_the_pointwise_grid_where_the_spec_has_on
         _spec(pointwise_products={"fp33": pointwise})
 
 
+def _one_by_one(x: TensorMeta, outputs: int) -> EagerOpRecord:
+    return EagerOpRecord("aten::convolution", [x, _meta(outputs, x.shape[1], 1, 1, dtype=x.dtype), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1],
+                         [_meta(x.shape[0], outputs, *x.shape[2:], dtype=x.dtype)],
+                         ["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"])
+
+
+def test_a_one_by_one_convolution_torch_runs_with_its_own_kernel_reads_the_native_grid():
+    """MobileNetV2's 64 to 384 channels over 14 x 14 positions (12,544 elements in, one image):
+    torch's own kernel, the native grid's rate (2e11 FLOP/s); the reverse, 384 to 64 (75,264 in),
+    two images of the first, or bfloat16: oneDNN's, the pointwise grid's (5e10); without a native
+    grid, the pointwise one for all."""
+    pointwise = ProductGrid((1, 196), (1024, 65536), ((5e10, 5e10), (5e10, 5e10)))
+    native = ProductGrid((1, 196), (1024, 65536), ((2e11, 2e11), (2e11, 2e11)))
+    spec = _spec(pointwise_products={"float32": pointwise, "bfloat16": pointwise}, native_pointwise_products={"float32": native})
+    flops = 2.0 * 196 * 64 * 384
+    assert kernel_seconds(_one_by_one(_meta(1, 64, 14, 14), 384), spec, flops, 0) == pytest.approx(flops / 2e11)
+    for x, outputs in ((_meta(1, 384, 14, 14), 64), (_meta(2, 64, 14, 14), 384), (_meta(1, 64, 14, 14, dtype=torch.bfloat16), 384)):
+        assert kernel_seconds(_one_by_one(x, outputs), spec, flops * x.shape[0], 0) == pytest.approx(flops * x.shape[0] / 5e10), x
+    assert kernel_seconds(_one_by_one(_meta(1, 64, 14, 14), 384), _spec(pointwise_products={"float32": pointwise}), flops, 0) == pytest.approx(flops / 5e10)
+    assert DeviceSpec.from_mapping(json.loads(spec.to_json())) == spec
+    assert spec.time_shared(0.5).native_pointwise_products["float32"].rate(1, 1024) == pytest.approx(1e11)
+
+
+@pytest.mark.parametrize("shape", [(1, 64, 14, 14), (1, 384, 14, 14), (2, 64, 14, 14), (1, 80, 16, 16), (1, 81, 16, 16), (1, 1024, 1, 1), (1, 16, 112, 112)])
+def test_torch_runs_the_one_by_one_convolutions_runs_natively_names_with_its_own_kernel(shape):
+    """Asked of torch's profiler (two threads, as the calibrated CPUs run): ``_slow_conv2d_forward``
+    ran exactly where :func:`runs_natively` says, either side of 20,480 elements (80 and 81 channels
+    over 16 x 16) and of one image."""
+    from jitflops.estimates.costs.convolution import runs_natively
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.randn(*shape)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            F.conv2d(x, torch.randn(8, shape[1], 1, 1))
+    finally:
+        torch.set_num_threads(threads)
+    kernels = {event.key for event in profile.events()} & {"aten::_slow_conv2d_forward", "aten::mkldnn_convolution"}
+    assert kernels == {"aten::_slow_conv2d_forward" if runs_natively(TensorMeta(shape, F32), "float32") else "aten::mkldnn_convolution"}
+
+
 def test_a_three_by_three_convolution_reads_its_grid_by_output_positions_and_weight():
     """ResNet's 3 x 3 convolutions are all 231 MFLOPs; the grid of dense 3 x 3 ones prices 512
     channels over 7 x 7 positions at its rate there (1e11 FLOP/s), 64 over 56 x 56 at its own (4e11),

@@ -178,6 +178,7 @@ def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
     assert measured.peak_flops["float32"] > 1e9 and measured.memory_bandwidth > 1e9 and measured.compute_efficiency == 1.0
     shares = [share for _, share in measured.compute_curve]
     assert len(shares) >= 3 and shares == sorted(shares) and shares[-1] == 1.0 and shares[0] < 1.0  # small products reach less
+    assert set(measured.native_pointwise_products) == {"float32"} and set(measured.pointwise_products) >= {"float32"}  # torch's 1 x 1 kernel and oneDNN's
     table = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", str(spec)], capture_output=True, text=True, timeout=300)
     assert re.search(r"^Predicted forward on cpu \(\d+ threads\) \(eager; (compute|memory)-bound; ridge [\d.]+ flops/byte\): [\d.]+ [mu]?s; .*; measured error [-+]\d+% to [-+]\d+% on a calibrated CPU", table.stdout, re.M), table.stdout[-500:]
     assert re.search(r"^\| module +\| #parameters or shape +\| #flops +\| #activations +\| #bytes +\| #FLOP/byte +\|$", table.stdout, re.M)

@@ -47,7 +47,7 @@ tensor parallelism sharded, its parallel style's conversions (``from_local``, ``
 FSDP2's hooks in a forward and backward, per unit it shards and per parameter tensor (the plan's,
 on a CPU)."""
 
-GRIDS = ("products", "pointwise_products", "resident_pointwise_products", "product_aspects", "grouped_convolutions",
+GRIDS = ("products", "pointwise_products", "resident_pointwise_products", "native_pointwise_products", "product_aspects", "grouped_convolutions",
          "three_by_three_convolutions")
 """A spec's fields of measured grids (:class:`ProductGrid` per dtype key): validated, scaled by
 :meth:`DeviceSpec.time_shared` and read from a spec file alike."""
@@ -119,6 +119,10 @@ class DeviceSpec:
     """1 x 1 convolutions' rates per dtype key as a model whose weights fit the last-level cache
     runs them (``jitflops calibrate`` on a CPU: each call right after one of its own, its weights,
     oneDNN's buffers and its output's memory in the caches; :meth:`for_weights`)."""
+    native_pointwise_products: Mapping[str, ProductGrid] = field(default_factory=dict)
+    """1 x 1 convolutions' rates per dtype key where torch runs its own kernel instead of oneDNN's
+    (``jitflops calibrate`` on a CPU: float32 images of one sample and at most 20,480 elements,
+    :func:`~jitflops.estimates.costs.convolution.runs_natively`), by positions and weight size."""
     product_aspects: Mapping[str, ProductGrid] = field(default_factory=dict)
     """Product rates per dtype key of one weight size (the product grid's middle width squared), by
     rows and the weight's inner width K, half, equal to and twice that width (``jitflops calibrate``):

@@ -37,7 +37,7 @@ from ..peak_flops import memory_bandwidth
 from .allocator import steady_allocator
 from .attention import attention_curves
 from .budget import DEFAULT_BUDGET_S, Budget, CallTimer, budget_seconds
-from .convolutions import POINTWISE_RESIDENT_RERUNS, convolution_curves, grouped_grid, pointwise_grid, three_by_three_grid
+from .convolutions import POINTWISE_RESIDENT_RERUNS, convolution_curves, grouped_grid, native_pointwise_grid, pointwise_grid, three_by_three_grid
 from .elementwise import elementwise_curves
 from .gathers import gather_curve
 from .host import host_seconds
@@ -46,7 +46,8 @@ from .reductions import reduction_curves
 
 CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-SHARES = {"products": 0.34, "aspects": 0.03, "batched": 0.06, "convolutions": 0.07, "three_by_three": 0.04, "pointwise": 0.04, "resident_pointwise": 0.03, "grouped": 0.02,
+SHARES = {"products": 0.33, "aspects": 0.03, "batched": 0.06, "convolutions": 0.07, "three_by_three": 0.04, "pointwise": 0.04, "resident_pointwise": 0.03,
+          "native_pointwise": 0.01, "grouped": 0.02,
           "attention": 0.08, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
 """Each family's share of the budget, after the host's time per call and the bandwidth are measured (2-4 s)."""
 
@@ -133,6 +134,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
     pointwise = {} if gpu else _each_dtype(budget.seconds * SHARES["pointwise"], native, lambda dtype, share: pointwise_grid(produced, dtype, share))
     resident_pointwise = pointwise_grid(CallTimer(target, flush=False, produce=True, reruns=POINTWISE_RESIDENT_RERUNS), torch.float32,
                                         Budget(budget.seconds * SHARES["resident_pointwise"])) if cache and torch.float32 in dtypes else None
+    native_pointwise = native_pointwise_grid(produced, Budget(budget.seconds * SHARES["native_pointwise"])) if not gpu and torch.float32 in dtypes else None
     three_by_three = {} if gpu else _each_dtype(budget.seconds * SHARES["three_by_three"], native, lambda dtype, share: three_by_three_grid(produced, dtype, share))
     grouped = _each_dtype(budget.seconds * SHARES["grouped"], native, lambda dtype, share: grouped_grid(produced, dtype, share))
     kernels: dict[str, tuple[tuple[float, float], ...]] = {}
@@ -167,6 +169,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
         cache_bytes=cache,
         pointwise_products=pointwise,
         resident_pointwise_products={"float32": resident_pointwise} if resident_pointwise is not None else {},
+        native_pointwise_products={"float32": native_pointwise} if native_pointwise is not None else {},
         product_aspects=aspects,
         grouped_convolutions=grouped,
         three_by_three_convolutions=three_by_three,

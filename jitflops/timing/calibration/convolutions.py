@@ -17,11 +17,12 @@ input channels times the kernel's area, more than by its FLOPs: at 29 MFLOPs on 
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from ...estimates.costs.convolution import NATIVE_MOST_ELEMENTS
 from ...estimates.measured_curves import ProductGrid
 from .budget import Budget, CallTimer, Maker, OnActivations, interleaved_medians, measured_curve
 from .products import filled_rates
@@ -44,6 +45,11 @@ POINTWISE_CHANNELS = (16, 32, 64, 128, 256, 512, 1024)
 as ResNet-50's last stage (512 to 2,048 channels) and EfficientNet's. Before 2026-11-29 the widest
 was 256 to 1,024, at whose rate every wider one was read: 129 GFLOP/s at 7 x 7 positions, where
 EfficientNet's 3,840 to 640 channels ran at 243 (991 µs a call, priced at 1,865)."""
+NATIVE_POINTWISE_CHANNELS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024)
+"""Input channels of the grid of torch's own 1 x 1 kernel, each expanded by 4: by halves of an
+octave, as its images of at most 20,480 elements leave a few channels to each side (up to 96 at 14
+x 14, 384 at 7 x 7), and its rate changes fast with them (MobileNetV2's 64 to 384 channels over 14 x
+14 positions ran at 100 GFLOP/s, 64 to 256 at 60)."""
 POINTWISE_MOST_FLOPS = 2e9
 """1 x 1 convolutions above this many FLOPs are not timed: the grid takes the rate of the largest timed one of their row."""
 
@@ -77,12 +83,28 @@ def _groups_of(width: int) -> int:
     return 32 if width <= 16 else max(256 // width, 2)
 
 
-def _convolution(device: torch.device, dtype: torch.dtype, inputs: int, outputs: int, size: int, kernel: int, stride: int, groups: int) -> tuple[float, Maker]:
+Convolve = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""A 1 x 1 convolution of stride 1 by one of torch's CPU kernels."""
+
+
+def _one_dnn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten.mkldnn_convolution(x, w, None, [0, 0], [1, 1], [1, 1], 1)
+
+
+def _native(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten._slow_conv2d_forward(x, w, [1, 1], None, [1, 1], [0, 0])
+
+
+def _convolution(device: torch.device, dtype: torch.dtype, inputs: int, outputs: int, size: int, kernel: int, stride: int, groups: int,
+                 convolve: Optional[Convolve] = None) -> tuple[float, Maker]:
+    """A convolution's FLOPs and the maker of its call: ``F.conv2d``, where torch picks the kernel, unless ``convolve`` is given."""
     out = (size + 2 * (kernel // 2) - kernel) // stride + 1
 
     def make() -> Callable[[], object]:
         x = torch.randn(1, inputs, size, size, device=device).to(dtype)
         w = torch.randn(outputs, inputs // groups, kernel, kernel, device=device).to(dtype)
+        if convolve is not None:
+            return OnActivations(lambda: convolve(x, w), x)
         return OnActivations(lambda: F.conv2d(x, w, stride=stride, padding=kernel // 2, groups=groups), x)
     return 2.0 * outputs * out * out * inputs // groups * kernel * kernel, make
 
@@ -108,24 +130,36 @@ def convolution_curves(cold: CallTimer, produced: CallTimer, dtype: torch.dtype,
 
 
 def _image_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, sizes: Sequence[int], channels: Sequence[int], kernel: int, expansion: int,
-                most_flops: float) -> ProductGrid:
+                most_flops: float, convolve: Optional[Convolve] = None, most_elements: Optional[int] = None) -> ProductGrid:
     """The rates of dense ``kernel`` x ``kernel`` convolutions of stride 1 of ``dtype``, from ``c``
     of ``channels`` to ``expansion`` times as many, over square images of ``sizes``: a grid by
     positions and weight size, timed in interleaved passes while ``budget`` lasts (none over
-    ``most_flops``); one not timed takes the rate of the largest timed one of its row, or of the row below."""
+    ``most_flops``, none of an input over ``most_elements``; each by ``convolve`` where given); one
+    not timed takes the rate of the largest timed one of its row, or of the row below."""
     def weight(inputs: int) -> int:
         return kernel * kernel * expansion * inputs * inputs
 
-    cells = sorted((2.0 * size * size * weight(inputs), size, inputs) for size in sizes for inputs in channels if 2.0 * size * size * weight(inputs) <= most_flops)
-    medians = interleaved_medians(timer, budget, [(flops, _convolution(timer.device, dtype, inputs, expansion * inputs, size, kernel, 1, 1)[1])
+    cells = sorted((2.0 * size * size * weight(inputs), size, inputs) for size in sizes for inputs in channels
+                   if 2.0 * size * size * weight(inputs) <= most_flops and (most_elements is None or inputs * size * size <= most_elements))
+    medians = interleaved_medians(timer, budget, [(flops, _convolution(timer.device, dtype, inputs, expansion * inputs, size, kernel, 1, 1, convolve)[1])
                                                   for flops, size, inputs in cells])
     timed = {(size, inputs): flops / seconds for (flops, size, inputs), seconds in zip(cells, medians) if seconds is not None}
     return ProductGrid(tuple(size * size for size in sizes), tuple(weight(inputs) for inputs in channels), filled_rates(sizes, channels, timed))
 
 
 def pointwise_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
-    """The rates of 1 x 1 convolutions of ``dtype`` by positions and weight size (:func:`_image_grid`)."""
-    return _image_grid(timer, dtype, budget, POINTWISE_SIZES, POINTWISE_CHANNELS, 1, 4, POINTWISE_MOST_FLOPS)
+    """The rates of 1 x 1 convolutions of ``dtype`` by positions and weight size (:func:`_image_grid`),
+    each by oneDNN's kernel where torch would run its own on some (float32 on a CPU:
+    :func:`~jitflops.estimates.costs.convolution.runs_natively`; :func:`native_pointwise_grid` times those)."""
+    one_dnn = _one_dnn if dtype == torch.float32 and timer.device.type == "cpu" and torch.backends.mkldnn.is_available() else None
+    return _image_grid(timer, dtype, budget, POINTWISE_SIZES, POINTWISE_CHANNELS, 1, 4, POINTWISE_MOST_FLOPS, one_dnn)
+
+
+def native_pointwise_grid(timer: CallTimer, budget: Budget) -> ProductGrid:
+    """The rates of the float32 1 x 1 convolutions torch runs with its own kernel on a CPU (an image
+    of one sample and at most 20,480 elements) by positions and weight size (:func:`_image_grid`):
+    MobileNetV2's expansions over 14 x 14 and 7 x 7 positions, a squeeze-and-excitation's over one."""
+    return _image_grid(timer, torch.float32, budget, POINTWISE_SIZES, NATIVE_POINTWISE_CHANNELS, 1, 4, POINTWISE_MOST_FLOPS, _native, NATIVE_MOST_ELEMENTS)
 
 
 def three_by_three_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
