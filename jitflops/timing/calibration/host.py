@@ -30,17 +30,27 @@ CALLS = 2000
 
 
 def _per_call(device: torch.device, run: Callable[[], object], calls: int = CALLS) -> float:
-    for _ in range(max(calls // 20, 10)):
-        run()
-    samples = []
-    for _ in range(5):
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(calls):
+    return _per_call_interleaved(device, [run], calls)[0]
+
+
+def _per_call_interleaved(device: torch.device, runs: list[Callable[[], object]], calls: int = CALLS) -> list[float]:
+    """Each of ``runs``' seconds a call: the median of 5 loops of ``calls`` calls, the runs' loops in
+    turn, so that a slow stretch of a shared machine falls on each a little (FSDP2's time a
+    tensor, a difference of four such times, came out 0 once in three calibrations timed one run
+    after the other)."""
+    for run in runs:
+        for _ in range(max(calls // 20, 10)):
             run()
-        synchronize(device)
-        samples.append((time.perf_counter() - start) / calls)
-    return statistics.median(samples)
+    samples: list[list[float]] = [[] for _ in runs]
+    for _ in range(5):
+        for run, times in zip(runs, samples):
+            synchronize(device)
+            start = time.perf_counter()
+            for _ in range(calls):
+                run()
+            synchronize(device)
+            times.append((time.perf_counter() - start) / calls)
+    return [statistics.median(times) for times in samples]
 
 
 STEP_CALLS = 100
@@ -123,13 +133,14 @@ def _dtensor_per_op(device: torch.device) -> dict[str, float]:
     mesh = DeviceMesh(device.type, [0], _init_backend=False, _rank=0)
     plain_step = _adamw_step(nn.Parameter(torch.zeros(2, 2, device=device)))
     dtensor_step = _adamw_step(nn.Parameter(DTensor.from_local(torch.zeros(2, 2, device=device), mesh, [Replicate()], run_check=False)))
-    per_step = _per_call(device, dtensor_step, calls=STEP_CALLS) - _per_call(device, plain_step, calls=STEP_CALLS)
+    dtensor_s, plain_step_s = _per_call_interleaved(device, [dtensor_step, plain_step], calls=STEP_CALLS)
+    per_step = dtensor_s - plain_step_s
     plain, parallel = _mlp().to(device), _parallel_mlp(mesh, device)
     inputs = torch.randn(2, 4, PARALLEL_WIDTH, device=device)
     recording = record_with_dispatch(parallel, ModelCall((inputs,), {}), module_aliases(parallel), lambda output: output.sum().backward(), guarded=False)
     dispatched = sum(record.dtensor_ops for _, record in recording.records)
-    per_pass = (_per_call(device, lambda: parallel(inputs).sum().backward(), calls=PASS_CALLS)
-                - _per_call(device, lambda: plain(inputs).sum().backward(), calls=PASS_CALLS))
+    parallel_s, plain_s = _per_call_interleaved(device, [lambda: parallel(inputs).sum().backward(), lambda: plain(inputs).sum().backward()], calls=PASS_CALLS)
+    per_pass = parallel_s - plain_s
     return {"dtensor": max(0.0, per_step / sum(optimizer_dtensor_ops("adamw"))), "parallel_dtensor": max(0.0, per_pass / dispatched)}
 
 
@@ -159,7 +170,8 @@ def _fsdp_per_unit(device: torch.device) -> dict[str, float]:
                              nn.Linear(PARALLEL_WIDTH, PARALLEL_WIDTH))
 
     inputs = torch.randn(2, PARALLEL_WIDTH)
-    extra, tensors = [], []
+    runs: list[Callable[[], object]] = []
+    tensors = []
     with fake_process_group(2) as mesh:
         for linears in FSDP_LINEARS:
             plain, sharded = model(linears), model(linears)
@@ -167,8 +179,9 @@ def _fsdp_per_unit(device: torch.device) -> dict[str, float]:
             for unit in sharded[:FSDP_UNITS]:
                 fully_shard(unit, mesh=mesh)
             fully_shard(sharded, mesh=mesh)
-            extra.append(_per_call(device, lambda: sharded(inputs).sum().backward(), calls=PASS_CALLS)
-                         - _per_call(device, lambda: plain(inputs).sum().backward(), calls=PASS_CALLS))
+            runs += [lambda sharded=sharded: sharded(inputs).sum().backward(), lambda plain=plain: plain(inputs).sum().backward()]
+        times = _per_call_interleaved(device, runs, calls=PASS_CALLS)
+    extra = [times[0] - times[1], times[2] - times[3]]
     per_tensor = max(0.0, (extra[1] - extra[0]) / (tensors[1] - tensors[0]))
     return {"fsdp_unit": max(0.0, (extra[0] - tensors[0] * per_tensor) / (FSDP_UNITS + 1)), "fsdp_tensor": per_tensor}
 
