@@ -332,27 +332,33 @@ def test_a_one_by_one_convolution_torch_runs_with_its_own_kernel_reads_the_nativ
     for x, outputs in ((_meta(1, 384, 14, 14), 64), (_meta(2, 64, 14, 14), 384), (_meta(1, 64, 14, 14, dtype=torch.bfloat16), 384)):
         assert kernel_seconds(_one_by_one(x, outputs), spec, flops * x.shape[0], 0) == pytest.approx(flops * x.shape[0] / 5e10), x
     assert kernel_seconds(_one_by_one(_meta(1, 64, 14, 14), 384), _spec(pointwise_products={"float32": pointwise}), flops, 0) == pytest.approx(flops / 5e10)
+    one_thread = dataclasses.replace(spec, threads=1)  # torch's own kernel for every batch below 16, whatever its size
+    for x, outputs in ((_meta(1, 384, 14, 14), 64), (_meta(2, 64, 14, 14), 384)):
+        assert kernel_seconds(_one_by_one(x, outputs), one_thread, flops * x.shape[0], 0) == pytest.approx(flops * x.shape[0] / 2e11), x
+    assert kernel_seconds(_one_by_one(_meta(16, 64, 14, 14), 384), one_thread, flops * 16, 0) == pytest.approx(flops * 16 / 5e10)
     assert DeviceSpec.from_mapping(json.loads(spec.to_json())) == spec
     assert spec.time_shared(0.5).native_pointwise_products["float32"].rate(1, 1024) == pytest.approx(1e11)
 
 
-@pytest.mark.parametrize("shape", [(1, 64, 14, 14), (1, 384, 14, 14), (2, 64, 14, 14), (1, 80, 16, 16), (1, 81, 16, 16), (1, 1024, 1, 1), (1, 16, 112, 112)])
-def test_torch_runs_the_one_by_one_convolutions_runs_natively_names_with_its_own_kernel(shape):
-    """Asked of torch's profiler (two threads, as the calibrated CPUs run): ``_slow_conv2d_forward``
-    ran exactly where :func:`runs_natively` says, either side of 20,480 elements (80 and 81 channels
-    over 16 x 16) and of one image."""
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 64, 14, 14), (1, 384, 14, 14), (2, 64, 14, 14), (1, 80, 16, 16), (1, 81, 16, 16), (1, 1024, 1, 1), (1, 16, 112, 112),
+                                   (15, 16, 28, 28), (16, 16, 28, 28)])
+def test_torch_runs_the_one_by_one_convolutions_runs_natively_names_with_its_own_kernel(shape, threads):
+    """Asked of torch's profiler, with one intra-op thread and two: ``_slow_conv2d_forward`` ran
+    exactly where :func:`runs_natively` says, either side of 20,480 elements (80 and 81 channels
+    over 16 x 16), of one image and, with one thread, of 16 images."""
     from jitflops.estimates.costs.convolution import runs_natively
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         x = torch.randn(*shape)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
             F.conv2d(x, torch.randn(8, shape[1], 1, 1))
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
     kernels = {event.key for event in profile.events()} & {"aten::_slow_conv2d_forward", "aten::mkldnn_convolution"}
-    assert kernels == {"aten::_slow_conv2d_forward" if runs_natively(TensorMeta(shape, F32), "float32") else "aten::mkldnn_convolution"}
+    assert kernels == {"aten::_slow_conv2d_forward" if runs_natively(TensorMeta(shape, F32), "float32", threads) else "aten::mkldnn_convolution"}
 
 
 def test_a_three_by_three_convolution_reads_its_grid_by_output_positions_and_weight():

@@ -112,6 +112,10 @@ class DeviceSpec:
     or AMX): calibrated on small products only."""
     cache_bytes: Optional[int] = None
     """The last-level cache's bytes (``jitflops calibrate`` on a CPU)."""
+    threads: Optional[int] = None
+    """torch's intra-op threads where ``jitflops calibrate`` measured a CPU: with one, torch runs
+    every float32 1 x 1 convolution of fewer than 16 images with its own kernel, not oneDNN's
+    (:func:`~jitflops.estimates.costs.convolution.runs_natively`). None (a GPU's, a datasheet's): taken as more than one."""
     pointwise_products: Mapping[str, ProductGrid] = field(default_factory=dict)
     """1 x 1 convolutions' rates per dtype key, by positions and weight size (``jitflops calibrate``
     on a CPU): oneDNN's convolution of a channels-first image, not the product of the same shape."""

@@ -34,14 +34,23 @@ more than one thread (``ConvParams::use_mkldnn`` in ``aten/src/ATen/native/Convo
 CONVOLUTION_KINDS = ("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::mkldnn_convolution")
 
 
-def runs_natively(x: TensorMeta, dtype: str) -> bool:
-    """Whether torch runs a 1 x 1 convolution of stride 1 of ``x`` on a CPU with its own kernel:
-    a float32 image of one sample of at most :data:`NATIVE_MOST_ELEMENTS`. On the 2-core EPYC,
-    MobileNetV2's 64 to 384 channels over 14 x 14 positions (12,544 elements in) took 97 us that
-    way, and the reverse, 384 to 64 (75,264 in, oneDNN's), 178 us; six such pairs ran 1.7 to 1.9
-    times as long reduced as expanded, where pairs both on oneDNN ran within 10%. (A torch with one
-    thread runs every one below 16 samples natively: not modelled.)"""
-    return dtype == "float32" and len(x.shape) == 4 and x.shape[0] == 1 and x.numel <= NATIVE_MOST_ELEMENTS
+SINGLE_THREAD_MOST_IMAGES = 15
+"""The most images of a float32 1 x 1 convolution of stride 1 torch runs with its own kernel, whatever
+their size, where it has one intra-op thread (``ConvParams::use_mkldnn``: "For 1x1 filters, MKLDNN
+is faster than THNN when multi-threaded, but THNN is faster when single-threaded")."""
+
+
+def runs_natively(x: TensorMeta, dtype: str, threads: Optional[int] = None) -> bool:
+    """Whether torch runs a 1 x 1 convolution of stride 1 of ``x`` on a CPU of ``threads`` intra-op
+    threads (None: more than one) with its own kernel: a float32 image of one sample of at most
+    :data:`NATIVE_MOST_ELEMENTS`, or with one thread, any float32 batch of at most
+    :data:`SINGLE_THREAD_MOST_IMAGES`. On the 2-core EPYC, MobileNetV2's 64 to 384 channels over 14
+    x 14 positions (12,544 elements in) took 97 us that way, and the reverse, 384 to 64 (75,264 in,
+    oneDNN's), 178 us; six such pairs ran 1.7 to 1.9 times as long reduced as expanded, where pairs
+    both on oneDNN ran within 10%."""
+    if dtype != "float32" or len(x.shape) != 4:
+        return False
+    return (x.shape[0] == 1 and x.numel <= NATIVE_MOST_ELEMENTS) or (threads == 1 and x.shape[0] <= SINGLE_THREAD_MOST_IMAGES)
 
 
 @KERNEL_COSTS.register(*CONVOLUTION_KINDS)
@@ -55,7 +64,7 @@ def convolution_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: f
     transposed = op.arg_or("transposed", False)
     if not transposed and groups == 1 and all(size == 1 for size in w.shape[2:]) and all(step == 1 for step in stride):
         positions, weight = x.numel / w.shape[1], math.prod(w.shape[:2])
-        native = spec.native_pointwise_products.get(dtype) if runs_natively(x, dtype) else None
+        native = spec.native_pointwise_products.get(dtype) if runs_natively(x, dtype, spec.threads) else None
         grid = native if native is not None else spec.pointwise_products.get(dtype)
         return flops / grid.rate(positions, weight) if grid is not None else product_seconds(spec, dtype, positions, weight, flops)
     three_by_three, weight = spec.three_by_three_convolutions.get(dtype), math.prod(w.shape)

@@ -167,6 +167,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
         host_s=host,
         emulated=tuple(emulated),
         cache_bytes=cache,
+        threads=None if gpu else torch.get_num_threads(),
         pointwise_products=pointwise,
         resident_pointwise_products={"float32": resident_pointwise} if resident_pointwise is not None else {},
         native_pointwise_products={"float32": native_pointwise} if native_pointwise is not None else {},

@@ -5,7 +5,9 @@ A 1 x 1 convolution is a product over the positions, but on a channels-first ima
 as a convolution, converting the layout: with few channels it runs far below the product of its
 shape (16 to 96 channels over 112 x 112 positions: 0.33 ms against 0.26; 24 to 144 over 56 x 56:
 0.25 against 0.15), with many near it. So it gets a grid of its own, like the products', of
-expansions by 4 from 16 to 256 input channels over 1 x 1 to 112 x 112 positions. A dense
+expansions by 4 from 16 to 1,024 input channels over 1 x 1 to 112 x 112 positions, each on oneDNN's
+kernel; the float32 ones torch runs with its own kernel (an image of at most 20,480 elements: a
+GEMM) get a grid of that kernel. A dense
 convolution with a larger kernel, and a depthwise one (a filter per channel: MobileNets, ConvNeXt),
 run kernels of their own at rates of their own; each is timed on the layers of a ResNet and of a
 MobileNetV2 at 224 x 224, batch 1. A grouped convolution (ResNeXt's, RegNet's: a few input
@@ -37,9 +39,9 @@ DEPTHWISE = ((32, 112, 3, 1), (96, 112, 3, 2), (144, 56, 3, 1), (192, 28, 3, 1),
 
 POINTWISE_SIZES = (1, 7, 14, 28, 56, 112)
 """Sides of the square images of the 1 x 1 grid: 1 to 12,544 positions. One position is a
-squeeze-and-excitation's (RegNetY's, EfficientNet's, MobileNetV3's), on the pooled image: oneDNN's
-call, not the product, sets its time (RegNetY's took 40 to 50 µs, where the grid's rate at 49
-positions gave 4)."""
+squeeze-and-excitation's (RegNetY's, EfficientNet's, MobileNetV3's), on the pooled image: the call, not
+the product, sets its time (RegNetY's took 40 to 50 µs, where the grid's rate at 49 positions gave
+4; at one image torch runs it with its own kernel, :func:`native_pointwise_grid`)."""
 POINTWISE_CHANNELS = (16, 32, 64, 128, 256, 512, 1024)
 """Input channels of the 1 x 1 grid, each expanded by 4: weights of 1 Ki to 4 Mi elements, as wide
 as ResNet-50's last stage (512 to 2,048 channels) and EfficientNet's. Before 2026-11-29 the widest
@@ -157,9 +159,11 @@ def pointwise_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> Prod
 
 def native_pointwise_grid(timer: CallTimer, budget: Budget) -> ProductGrid:
     """The rates of the float32 1 x 1 convolutions torch runs with its own kernel on a CPU (an image
-    of one sample and at most 20,480 elements) by positions and weight size (:func:`_image_grid`):
-    MobileNetV2's expansions over 14 x 14 and 7 x 7 positions, a squeeze-and-excitation's over one."""
-    return _image_grid(timer, torch.float32, budget, POINTWISE_SIZES, NATIVE_POINTWISE_CHANNELS, 1, 4, POINTWISE_MOST_FLOPS, _native, NATIVE_MOST_ELEMENTS)
+    of one sample and at most 20,480 elements; with one intra-op thread, every one) by positions and
+    weight size (:func:`_image_grid`): MobileNetV2's expansions over 14 x 14 and 7 x 7 positions, a
+    squeeze-and-excitation's over one."""
+    most_elements = None if torch.get_num_threads() == 1 else NATIVE_MOST_ELEMENTS
+    return _image_grid(timer, torch.float32, budget, POINTWISE_SIZES, NATIVE_POINTWISE_CHANNELS, 1, 4, POINTWISE_MOST_FLOPS, _native, most_elements)
 
 
 def three_by_three_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
