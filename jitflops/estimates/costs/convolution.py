@@ -31,13 +31,12 @@ runs with its own kernel (``_slow_conv2d_forward``: a GEMM) instead of oneDNN's 
 more than one thread (``ConvParams::use_mkldnn`` in ``aten/src/ATen/native/Convolution.cpp``:
 "for some case, native is faster")."""
 
-CONVOLUTION_KINDS = ("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::mkldnn_convolution")
-
-
 SINGLE_THREAD_MOST_IMAGES = 15
 """The most images of a float32 1 x 1 convolution of stride 1 torch runs with its own kernel, whatever
 their size, where it has one intra-op thread (``ConvParams::use_mkldnn``: "For 1x1 filters, MKLDNN
 is faster than THNN when multi-threaded, but THNN is faster when single-threaded")."""
+
+CONVOLUTION_KINDS = ("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::mkldnn_convolution")
 
 
 def runs_natively(x: TensorMeta, dtype: str, threads: Optional[int] = None) -> bool:
