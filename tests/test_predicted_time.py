@@ -342,11 +342,12 @@ def test_a_one_by_one_convolution_torch_runs_with_its_own_kernel_reads_the_nativ
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape", [(1, 64, 14, 14), (1, 384, 14, 14), (2, 64, 14, 14), (1, 80, 16, 16), (1, 81, 16, 16), (1, 1024, 1, 1), (1, 16, 112, 112),
-                                   (15, 16, 28, 28), (16, 16, 28, 28)])
+                                   (15, 16, 28, 28), (16, 16, 28, 28), (1, 64, 100), (1, 256, 100)])
 def test_torch_runs_the_one_by_one_convolutions_runs_natively_names_with_its_own_kernel(shape, threads):
     """Asked of torch's profiler, with one intra-op thread and two: ``_slow_conv2d_forward`` ran
     exactly where :func:`runs_natively` says, either side of 20,480 elements (80 and 81 channels
-    over 16 x 16), of one image and, with one thread, of 16 images."""
+    over 16 x 16), of one image and, with one thread, of 16 images; a 1-D convolution alike (64 and
+    256 channels over 100 positions)."""
     from jitflops.estimates.costs.convolution import runs_natively
 
     before = torch.get_num_threads()
@@ -354,7 +355,7 @@ def test_torch_runs_the_one_by_one_convolutions_runs_natively_names_with_its_own
     try:
         x = torch.randn(*shape)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-            F.conv2d(x, torch.randn(8, shape[1], 1, 1))
+            (F.conv1d if len(shape) == 3 else F.conv2d)(x, torch.randn(8, shape[1], *[1] * (len(shape) - 2)))
     finally:
         torch.set_num_threads(before)
     kernels = {event.key for event in profile.events()} & {"aten::_slow_conv2d_forward", "aten::mkldnn_convolution"}

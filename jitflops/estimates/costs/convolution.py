@@ -46,8 +46,9 @@ def runs_natively(x: TensorMeta, dtype: str, threads: Optional[int] = None) -> b
     :data:`SINGLE_THREAD_MOST_IMAGES`. On the 2-core EPYC, MobileNetV2's 64 to 384 channels over 14
     x 14 positions (12,544 elements in) took 97 us that way, and the reverse, 384 to 64 (75,264 in,
     oneDNN's), 178 us; six such pairs ran 1.7 to 1.9 times as long reduced as expanded, where pairs
-    both on oneDNN ran within 10%."""
-    if dtype != "float32" or len(x.shape) != 4:
+    both on oneDNN ran within 10%. A 1-D convolution runs as a 2-D one of height 1, by the same rule;
+    a 3-D one has kernels of its own."""
+    if dtype != "float32" or len(x.shape) not in (3, 4):
         return False
     return (x.shape[0] == 1 and x.numel <= NATIVE_MOST_ELEMENTS) or (threads == 1 and x.shape[0] <= SINGLE_THREAD_MOST_IMAGES)
 
