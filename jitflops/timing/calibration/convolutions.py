@@ -24,7 +24,8 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from ...estimates.costs.convolution import NATIVE_MOST_ELEMENTS
+from ...core.records import TensorMeta
+from ...estimates.costs.convolution import runs_natively
 from ...estimates.measured_curves import ProductGrid
 from .budget import Budget, CallTimer, Maker, OnActivations, interleaved_medians, measured_curve
 from .products import filled_rates
@@ -132,17 +133,17 @@ def convolution_curves(cold: CallTimer, produced: CallTimer, dtype: torch.dtype,
 
 
 def _image_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, sizes: Sequence[int], channels: Sequence[int], kernel: int, expansion: int,
-                most_flops: float, convolve: Optional[Convolve] = None, most_elements: Optional[int] = None) -> ProductGrid:
+                most_flops: float, convolve: Optional[Convolve] = None, kept: Callable[[int, int], bool] = lambda size, inputs: True) -> ProductGrid:
     """The rates of dense ``kernel`` x ``kernel`` convolutions of stride 1 of ``dtype``, from ``c``
     of ``channels`` to ``expansion`` times as many, over square images of ``sizes``: a grid by
     positions and weight size, timed in interleaved passes while ``budget`` lasts (none over
-    ``most_flops``, none of an input over ``most_elements``; each by ``convolve`` where given); one
+    ``most_flops``, only the sides and input channels ``kept`` accepts; each by ``convolve`` where given); one
     not timed takes the rate of the largest timed one of its row, or of the row below."""
     def weight(inputs: int) -> int:
         return kernel * kernel * expansion * inputs * inputs
 
     cells = sorted((2.0 * size * size * weight(inputs), size, inputs) for size in sizes for inputs in channels
-                   if 2.0 * size * size * weight(inputs) <= most_flops and (most_elements is None or inputs * size * size <= most_elements))
+                   if 2.0 * size * size * weight(inputs) <= most_flops and kept(size, inputs))
     medians = interleaved_medians(timer, budget, [(flops, _convolution(timer.device, dtype, inputs, expansion * inputs, size, kernel, 1, 1, convolve)[1])
                                                   for flops, size, inputs in cells])
     timed = {(size, inputs): flops / seconds for (flops, size, inputs), seconds in zip(cells, medians) if seconds is not None}
@@ -162,8 +163,9 @@ def native_pointwise_grid(timer: CallTimer, budget: Budget) -> ProductGrid:
     of one sample and at most 20,480 elements; with one intra-op thread, every one) by positions and
     weight size (:func:`_image_grid`): MobileNetV2's expansions over 14 x 14 and 7 x 7 positions, a
     squeeze-and-excitation's over one."""
-    most_elements = None if torch.get_num_threads() == 1 else NATIVE_MOST_ELEMENTS
-    return _image_grid(timer, torch.float32, budget, POINTWISE_SIZES, NATIVE_POINTWISE_CHANNELS, 1, 4, POINTWISE_MOST_FLOPS, _native, most_elements)
+    def native(size: int, inputs: int) -> bool:
+        return runs_natively(TensorMeta((1, inputs, size, size), torch.float32), "float32", torch.get_num_threads())
+    return _image_grid(timer, torch.float32, budget, POINTWISE_SIZES, NATIVE_POINTWISE_CHANNELS, 1, 4, POINTWISE_MOST_FLOPS, _native, native)
 
 
 def three_by_three_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
