@@ -272,9 +272,9 @@ def test_a_libraries_call_costs_a_gpus_host_its_own_calibrated_time_and_an_ops_w
 
 
 def test_a_models_products_read_memorys_grid_whatever_its_size_and_an_older_specs_cache_grid_is_dropped():
-    """A product reads each weight once a forward (a decode step once a token), the forward's other
-    weights and activations passing through the caches in between: ``_Mlp``'s 80 KB of weights in a
-    1 MB cache take the product grid's rate (1e11 FLOP/s), as a 4 MB model's do. A spec file of an
+    """A forward reads each weight once, its other weights and activations passing through the
+    caches in between: ``_Mlp``'s 80 KB of weights in a 1 MB cache take the product grid's rate
+    (1e11 FLOP/s), as a 4 MB model's do, whatever decode grid the spec has. A spec file of an
     earlier release, which kept a grid of products timed in the cache (``resident_products``), reads
     as the spec without it."""
     x = torch.randn(1000, 100)
@@ -285,6 +285,8 @@ def test_a_models_products_read_memorys_grid_whatever_its_size_and_an_older_spec
     assert PredictedTimeAnalysis(_Mlp(), x, device=_spec(products={"float32": ProductGrid((1, 1000), (100, 10_000), ((1e10, 1e10), (5e10, 5e10)))})).total() == pytest.approx(
         memory + 2 * flops / 5e10 - 2 * flops / 1e11)  # the grid's rate, not a cache's
     assert spec.for_weights(2**19) is spec
+    decoding = _spec(cache_bytes=2**20, decode_products={"float32": ProductGrid((1, 16), (100, 10_000), ((4e11, 4e11), (4e11, 4e11)))})
+    assert PredictedTimeAnalysis(_Mlp(), x, device=decoding).total() == pytest.approx(memory)
     older = json.loads(spec.to_json())
     older["resident_products"] = {"float32": {"rows": [1, 1000], "weights": [100, 10_000], "rates": [[4e10, 4e10], [4e11, 4e11]]}}
     assert DeviceSpec.from_mapping(older) == spec
@@ -535,6 +537,32 @@ def test_generation_is_a_prefill_and_decode_steps_that_grow_with_the_cache():
     assert predicted.decode_steps == 31 and predicted.first_decode_s < predicted.last_decode_s < predicted.prefill_s
     assert predicted.total_s == pytest.approx(prefill + 31 * (predicted.first_decode_s + predicted.last_decode_s) / 2 + predicted.own_s)
     assert all(p.device.type == "cpu" for p in model.parameters())  # run on a meta copy
+
+
+def test_a_decode_step_of_a_model_the_cache_holds_reads_its_products_from_the_decode_grid():
+    """A decode step rereads every weight a token later: where the weights and the KV cache take at
+    most half the last-level cache, its products read the decode grid (``jitflops calibrate``'s,
+    with the weights in the cache); the prefill reads memory's grid, and so does a decode step of a
+    model too large for the cache. The small Llama's 15 products of a decode step (2 layers of 7,
+    and its output layer) get exactly the time the two grids' rates (1e10 and 1e11 FLOP/s at one
+    row) say apart."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.zeros(1, 16, dtype=torch.long)
+    decode = ProductGrid((1, 16), (100, 10_000), ((1e11, 1e11), (1e11, 1e11)))
+    memory = predict_generation(model, ids, 8, device=_spec(cache_bytes=2**20))
+    cached = predict_generation(model, ids, 8, device=_spec(cache_bytes=2**20, decode_products={"float32": decode}))
+    weights = sum(p.numel() for p in model.parameters() if p.dim() == 2) - 100 * 64  # the products' weights: all but the embedding
+    saved = 2.0 * weights * (1 / 1e10 - 1 / 1e11)
+    assert cached.prefill_s == pytest.approx(memory.prefill_s)
+    assert cached.first_decode_s == pytest.approx(memory.first_decode_s - saved) and cached.last_decode_s == pytest.approx(memory.last_decode_s - saved)
+    small_cache = predict_generation(model, ids, 8, device=_spec(cache_bytes=2 * weights * 4 // 2, decode_products={"float32": decode}))
+    assert small_cache.decode_s == pytest.approx(memory.decode_s)  # the weights fill the cache: memory's grid
+    spec = _spec(cache_bytes=2**20, decode_products={"float32": decode})
+    assert spec.for_decode(2**19).products["float32"] is decode and spec.for_decode(2**19 + 1) is spec
+    assert DeviceSpec.from_mapping(json.loads(spec.to_json())) == spec
+    assert spec.time_shared(0.5).decode_products["float32"].rate(1, 100) == pytest.approx(5e10)
 
 
 class _OpsBetweenCalls(TorchDispatchMode):

@@ -179,6 +179,9 @@ def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
     shares = [share for _, share in measured.compute_curve]
     assert len(shares) >= 3 and shares == sorted(shares) and shares[-1] == 1.0 and shares[0] < 1.0  # small products reach less
     assert set(measured.native_pointwise_products) == {"float32"} and set(measured.pointwise_products) >= {"float32"}  # torch's 1 x 1 kernel and oneDNN's
+    if measured.cache_bytes:  # Linux tells the cache's size: a decode step's products as a model that fits it runs them
+        decode = measured.decode_products["float32"]
+        assert decode.rows == (1, 4, 16) and decode.weights[0] == 256 * 256 and 2 * decode.weights[-1] * 4 <= measured.cache_bytes // 4
     table = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", str(spec)], capture_output=True, text=True, timeout=300)
     assert re.search(r"^Predicted forward on cpu \(\d+ threads\) \(eager; (compute|memory)-bound; ridge [\d.]+ flops/byte\): [\d.]+ [mu]?s; .*; measured error [-+]\d+% to [-+]\d+% on a calibrated CPU", table.stdout, re.M), table.stdout[-500:]
     assert re.search(r"^\| module +\| #parameters or shape +\| #flops +\| #activations +\| #bytes +\| #FLOP/byte +\|$", table.stdout, re.M)

@@ -47,19 +47,22 @@ tensor parallelism sharded, its parallel style's conversions (``from_local``, ``
 FSDP2's hooks in a forward and backward, per unit it shards and per parameter tensor (the plan's,
 on a CPU)."""
 
-GRIDS = ("products", "pointwise_products", "resident_pointwise_products", "native_pointwise_products", "product_aspects", "grouped_convolutions",
+GRIDS = ("products", "decode_products", "pointwise_products", "resident_pointwise_products", "native_pointwise_products", "product_aspects", "grouped_convolutions",
          "three_by_three_convolutions")
 """A spec's fields of measured grids (:class:`ProductGrid` per dtype key): validated, scaled by
 :meth:`DeviceSpec.time_shared` and read from a spec file alike."""
 
 RESIDENT_SHARE = 0.5
 """The share of the last-level cache a model's weights may take and still have its 1 x 1
-convolutions read from the grid timed in the cache (:meth:`DeviceSpec.for_weights`)."""
+convolutions read from the grid timed in the cache (:meth:`DeviceSpec.for_weights`), and its
+decode steps' products from the decode grid (:meth:`DeviceSpec.for_decode`)."""
 
 RETIRED_KEYS = frozenset({"resident_products"})
 """Keys of spec files written by earlier releases that no field reads any more, dropped on reading
-(``resident_products``, products timed after passes over weights in the last-level cache: a
-model's forward or decode step does not find its weights there; until 2026-12-06)."""
+(``resident_products``, products timed in passes over weights in the last-level cache, with no
+work between them, for every call of a model whose weights fit it: a forward does not find its
+weights there, and a decode step's products take longer with its other ops between them,
+:attr:`DeviceSpec.decode_products`; until 2026-12-06)."""
 
 DTYPE_KEYS = ("float64", "float32", "tf32", "bfloat16", "float16", "float8", "int8")
 """The keys of a spec's peaks: torch's dtype names, ``tf32`` for float32 matmuls on tensor cores,
@@ -116,6 +119,12 @@ class DeviceSpec:
     """torch's intra-op threads where ``jitflops calibrate`` measured a CPU: with one, torch runs
     every float32 1 x 1 convolution of fewer than 16 images with its own kernel, not oneDNN's
     (:func:`~jitflops.estimates.costs.convolution.runs_natively`). None (a GPU's, a datasheet's): taken as more than one."""
+    decode_products: Mapping[str, ProductGrid] = field(default_factory=dict)
+    """Product rates per dtype key as a decode step runs them where the model's weights fit the
+    last-level cache (``jitflops calibrate`` on a CPU, float32: passes over weights in the cache,
+    the host's work on other ops before each product;
+    :func:`~jitflops.timing.calibration.products.decode_grid`), by a step's batch and weight size
+    (:meth:`for_decode`)."""
     pointwise_products: Mapping[str, ProductGrid] = field(default_factory=dict)
     """1 x 1 convolutions' rates per dtype key, by positions and weight size (``jitflops calibrate``
     on a CPU): oneDNN's convolution of a channels-first image, not the product of the same shape."""
@@ -207,13 +216,23 @@ class DeviceSpec:
         from the grid timed in the cache (:attr:`resident_pointwise_products`) where the weights
         take at most :data:`RESIDENT_SHARE` of :attr:`cache_bytes` (the rest holds the
         activations), this spec otherwise. Its products read the grid timed from memory whatever
-        its size: a product reads each weight once a forward, a decode step once a token, and the
-        forward's other weights and activations pass through the caches in between (on a 2-core
-        EPYC VM, Llama GQA's 6.3 MiB decode step was priced -62% from a grid timed after passes
-        over weights in its 32 MiB cache, -19% to -23% from memory's)."""
+        its size: a forward reads each weight once, and its other weights and activations pass
+        through the caches in between (a decode step: :meth:`for_decode`)."""
         if not self.resident_pointwise_products or self.cache_bytes is None or weight_bytes > RESIDENT_SHARE * self.cache_bytes:
             return self
         return dataclasses.replace(self, pointwise_products={**self.pointwise_products, **self.resident_pointwise_products})
+
+    def for_decode(self, working_bytes: int) -> "DeviceSpec":
+        """The spec a decode step runs on whose weights and KV cache take ``working_bytes``: its
+        products read the decode grid (:attr:`decode_products`) where those take at most
+        :data:`RESIDENT_SHARE` of :attr:`cache_bytes`, this spec otherwise. A decode step rereads
+        every weight a token later, with nothing but one token's activations between, so a model
+        that fits the cache finds its weights there; a forward's or a prefill's activations
+        pass through in between. On a 2-core EPYC VM, Llama GQA's decode step (6.3 MiB) was
+        priced +36% to +50% from memory's grid."""
+        if not self.decode_products or self.cache_bytes is None or working_bytes > RESIDENT_SHARE * self.cache_bytes:
+            return self
+        return dataclasses.replace(self, products={**self.products, **self.decode_products})
 
     def time_shared(self, share: float) -> "DeviceSpec":
         """This spec for a process that gets ``share`` of its cores' time: more processes than cores

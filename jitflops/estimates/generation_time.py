@@ -12,7 +12,9 @@ a trace materialises), and one a trace cannot take on meta tensors (the cache's 
 become the trace's constants). Only attention grows with the cache,
 linearly: the decode steps are predicted at the first and the last position, and the steps between
 them on the line through the two. At a small batch a decode step reads every weight for one token's
-work: it is bound by memory (or by the host, in eager mode), which the op times carry.
+work: it is bound by memory (or by the host, in eager mode), which the op times carry; where the
+weights and the cache fit a CPU's last-level cache, they are read from there
+(:meth:`~jitflops.estimates.devices.DeviceSpec.for_decode`).
 
 ``generate`` works between the calls too: it processes each step's logits (a copy to float32, its
 logits processors, the argmax), checks its stopping criteria, grows the ids and the attention mask
@@ -35,7 +37,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..core.model_io import ModelCall, generation_cache
+from ..core.model_io import ModelCall, generation_cache, tensors_inside
 from ..frontends.meta_values import empty_copy
 from .devices import DeviceSpec, device_spec
 from .roofline import DeviceLike, PredictedTimeAnalysis
@@ -164,7 +166,16 @@ def predict_generation(model: nn.Module, input_ids: torch.Tensor, new_tokens: in
     spec = device_spec(device)
     twin, call, _ = empty_copy(model, ModelCall((), {"input_ids": input_ids}))
 
-    prefill, first, last = generation_seconds(twin, call.kwargs["input_ids"], new_tokens, lambda inputs: _predicted(twin, (), inputs, spec, mode))
+    weight_bytes = sum(parameter.numel() * parameter.element_size() for parameter in twin.parameters())
+
+    def seconds(inputs: dict[str, Any]) -> float:
+        cache = generation_cache(inputs)
+        if cache is None:  # the prefill
+            return _predicted(twin, (), inputs, spec, mode)
+        cached = {id(tensor.untyped_storage()): tensor.untyped_storage().nbytes() for tensor in tensors_inside(cache, depth=4)}
+        return _predicted(twin, (), inputs, spec.for_decode(weight_bytes + sum(cached.values())), mode)
+
+    prefill, first, last = generation_seconds(twin, call.kwargs["input_ids"], new_tokens, seconds)
     # generate's own loop runs eagerly whatever runs the model (its CUDA graphs, its compiled code)
     own = generate_own_seconds(twin, call.kwargs["input_ids"], new_tokens, lambda loop, ids: _predicted(loop, (ids,), {}, spec, "eager"))
     return GenerationTime(prefill, first, last, new_tokens - 1, spec.name, mode, own)

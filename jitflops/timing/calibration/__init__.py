@@ -7,7 +7,8 @@ environment's ``JITFLOPS_CALIBRATION_BUDGET_S`` set another), it measures:
 - products: a grid of rates by rows and weight size per dtype, the rates one weight size reaches
   by its shape (an inner width half, equal to and twice the square's), and batched products by FLOPs
   on operands just written (:mod:`.products`); a dtype the device only emulates is found, marked
-  and timed on small products; on a CPU, the last-level cache's size;
+  and timed on small products; on a CPU, the last-level cache's size, and float32's products as a
+  decode step of a model that fits it runs them;
 - on a CPU, 1 x 1 convolutions on a grid of their own by positions and weight size, per dtype it
   runs at speed, and float32's again with each call right after one of its own;
 - dense and depthwise convolutions (:mod:`.convolutions`), grouped ones on a grid by the width of a
@@ -41,12 +42,13 @@ from .convolutions import POINTWISE_RESIDENT_RERUNS, convolution_curves, grouped
 from .elementwise import elementwise_curves
 from .gathers import gather_curve
 from .host import host_seconds
-from .products import CPU_MOST_FLOPS, CPU_ROWS, CPU_WIDTHS, GPU_ROWS, GPU_WIDTHS, aspect_grid, batched_curve, is_emulated, last_level_cache_bytes, product_grid
+from .products import (CPU_MOST_FLOPS, CPU_ROWS, CPU_WIDTHS, GPU_ROWS, GPU_WIDTHS, aspect_grid, batched_curve, decode_grid, is_emulated, last_level_cache_bytes,
+                       product_grid)
 from .reductions import reduction_curves
 
 CALIBRATED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-SHARES = {"products": 0.33, "aspects": 0.03, "batched": 0.06, "convolutions": 0.07, "three_by_three": 0.04, "pointwise": 0.04, "resident_pointwise": 0.03,
+SHARES = {"products": 0.32, "decode": 0.01, "aspects": 0.03, "batched": 0.06, "convolutions": 0.07, "three_by_three": 0.04, "pointwise": 0.04, "resident_pointwise": 0.03,
           "native_pointwise": 0.01, "grouped": 0.02,
           "attention": 0.08, "elementwise": 0.14, "reductions": 0.10, "gathers": 0.05}
 """Each family's share of the budget, after the host's time per call and the bandwidth are measured (2-4 s)."""
@@ -131,6 +133,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
     aspects = _each_dtype(budget.seconds * SHARES["aspects"], native,
                           lambda dtype, share: aspect_grid(cold, dtype, share, rows, widths[len(widths) // 2], most, widening=gpu))
     cache = None if gpu else last_level_cache_bytes()
+    decode = decode_grid(Budget(budget.seconds * SHARES["decode"]), widths, cache) if cache and torch.float32 in dtypes else None
     pointwise = {} if gpu else _each_dtype(budget.seconds * SHARES["pointwise"], native, lambda dtype, share: pointwise_grid(produced, dtype, share))
     resident_pointwise = pointwise_grid(CallTimer(target, flush=False, produce=True, reruns=POINTWISE_RESIDENT_RERUNS), torch.float32,
                                         Budget(budget.seconds * SHARES["resident_pointwise"])) if cache and torch.float32 in dtypes else None
@@ -168,6 +171,7 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
         emulated=tuple(emulated),
         cache_bytes=cache,
         threads=None if gpu else torch.get_num_threads(),
+        decode_products={"float32": decode} if decode is not None else {},
         pointwise_products=pointwise,
         resident_pointwise_products={"float32": resident_pointwise} if resident_pointwise is not None else {},
         native_pointwise_products={"float32": native_pointwise} if native_pointwise is not None else {},

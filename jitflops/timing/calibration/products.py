@@ -6,10 +6,8 @@ each weight element 512 times. So products are timed on a grid of rows (tokens) 
 ``F.linear`` as models call it, each call on weights from memory; the spec keeps the grid of rates
 (:class:`~jitflops.estimates.devices.ProductGrid`), which every model's products read, whatever
 its size: a forward reads each weight once, with its other weights and activations through the
-caches in between. Until 2026-12-06 a second grid, timed after passes over weights filling a
-quarter of a CPU's last-level cache, priced the products of a model whose weights fit half of it:
-Llama GQA's decode step (6.3 MiB of weights, a 32 MiB cache) at 0.92 ms against 2.4 measured,
-where memory's grid gives 1.94. Batched products (attention's scores
+caches in between. A decode step is the exception (:func:`decode_grid`): it rereads a model's
+weights a token later, and where they fit a CPU's last-level cache they are still there. Batched products (attention's scores
 and values) get a curve of their own, by FLOPs. A dtype the device computes without vector units (bfloat16 on a
 CPU without AVX-512 BF16 or AMX runs at a hundredth of float32's rate) is found by one small
 product and timed on small products only: it is marked emulated, and a calibration stays within its
@@ -20,6 +18,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
+import statistics
+import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ...estimates.devices import ProductGrid
-from .budget import Budget, CallTimer, Maker, interleaved_medians, measured_curve, on_activations
+from .budget import MOST_PASSES, Budget, CallTimer, Maker, interleaved_medians, measured_curve, on_activations
 
 CPU_ROWS = (1, 8, 16, 32, 64, 128, 256, 512, 2048)
 CPU_WIDTHS = (256, 512, 1024, 2048, 4096)
@@ -165,6 +166,70 @@ def aspect_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequ
     medians = interleaved_medians(timer, budget, [(flops, maker(row, inner)) for flops, row, inner in cells])
     timed = {(row, inner): flops / seconds for (flops, row, inner), seconds in zip(cells, medians) if seconds is not None}
     return ProductGrid(tuple(rows), inners, filled_rates(rows, inners, timed))
+
+
+DECODE_ROWS = (1, 4, 16)
+"""Rows of the decode grid: a decode step's batch, one token a sequence."""
+
+DECODE_ROTATION = 0.25
+"""The share of the last-level cache the decode grid's weights take, taken in turn: more than a
+core's own caches hold (a quarter of a 32 MiB L3 against a 1 MiB L2), less than the cache."""
+
+DECODE_HOST_OPS = 30
+"""Small ops the host runs before each product of the decode grid (40 us on a 2-core EPYC): a
+decode step runs ten ops and its Python between two products (Llama GQA's 168 ops and 10,161
+bytecode instructions around its 15 products)."""
+
+DECODE_RERUNS = 2
+"""Untimed passes over a cell's weights before its timed one: the step before left them in the cache."""
+
+
+def _products_between_host_work(x: torch.Tensor, weights: Sequence[torch.Tensor]) -> float:
+    """The mean time of a product of ``x`` by each of ``weights`` in turn, each after
+    :data:`DECODE_HOST_OPS` small ops (not timed), in the last of :data:`DECODE_RERUNS` + 1 passes."""
+    small = torch.ones(1, 256)
+    spent = 0.0
+    for _ in range(DECODE_RERUNS + 1):
+        spent = 0.0
+        for weight in weights:
+            for _ in range(DECODE_HOST_OPS):
+                torch.add(small, small)
+            started = time.perf_counter()
+            F.linear(x, weight)
+            spent += time.perf_counter() - started
+    return spent / len(weights)
+
+
+def decode_grid(budget: Budget, widths: Sequence[int], cache_bytes: int) -> Optional[ProductGrid]:
+    """float32's products as a CPU's decode step runs them, for a model whose weights fit its
+    last-level cache of ``cache_bytes`` (None: no width of ``widths`` fits
+    :data:`DECODE_ROTATION` of it twice): by :data:`DECODE_ROWS` rows, each cell a pass over
+    weights filling that share, each product after the host's work on other ops
+    (:data:`DECODE_HOST_OPS`), the weights read a pass before (:data:`DECODE_RERUNS`); cells in
+    turn, while ``budget`` lasts (each at least once).
+
+    On a 2-core EPYC VM (32 MiB L3), Llama GQA's 15 products (6.3 MiB of weights) took 0.27-0.30
+    ms a decode step (module hooks, less their calls), and 0.80 with one thread. This grid prices
+    them at 0.21-0.25 ms. Memory's grid prices them at 1.12 ms: it flushes the caches before each call,
+    and a call on a weight of 256 x 256 pays 25 us more for it than a pass over weights from
+    memory does (58 us against 33). A pass with no work between products, as a grid timed until
+    2026-12-06 did, prices them at 0.19 ms."""
+    rotation = int(cache_bytes * DECODE_ROTATION)
+    fitting = [width for width in widths if 2 * width * width * 4 <= rotation]
+    if not fitting:
+        return None
+    weights = {width: [torch.randn(width, width) for _ in range(math.ceil(rotation / (width * width * 4)))] for width in fitting}
+    inputs = {(row, width): torch.randn(row, width) for row in DECODE_ROWS for width in fitting}
+    samples: dict[tuple[int, int], list[float]] = {(row, width): [] for row in DECODE_ROWS for width in fitting}
+    for turn in range(MOST_PASSES):
+        for (row, width), times in samples.items():
+            if turn and budget.spent():
+                break
+            times.append(_products_between_host_work(inputs[row, width], weights[width]))
+        if budget.spent():
+            break
+    timed = {cell: 2.0 * cell[0] * cell[1] ** 2 / statistics.median(times) for cell, times in samples.items() if times}
+    return ProductGrid(DECODE_ROWS, tuple(width * width for width in fitting), filled_rates(DECODE_ROWS, fitting, timed))
 
 
 BATCHED_SIZES = ((4, 16), (4, 32), (12, 16), (12, 32), *((batch, length) for batch in (12, 48) for length in (64, 128, 256, 512, 1024)))
