@@ -229,7 +229,8 @@ class DeviceSpec:
         every weight a token later, with nothing but one token's activations between, so a model
         that fits the cache finds its weights there; a forward's or a prefill's activations
         pass through in between. On a 2-core EPYC VM, Llama GQA's decode step (6.3 MiB) was
-        priced +36% to +50% from memory's grid."""
+        priced +36% to +50% from memory's grid, -19% to -35% from the decode grid (the rest of
+        the step, its Python above all, priced under its time)."""
         if not self.decode_products or self.cache_bytes is None or working_bytes > RESIDENT_SHARE * self.cache_bytes:
             return self
         return dataclasses.replace(self, products={**self.products, **self.decode_products})
