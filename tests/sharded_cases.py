@@ -575,9 +575,9 @@ CASES: dict[str, Callable[[int, int], dict[str, Any]]] = {
 }
 
 
-def run_rank(rank: int, world: int, port: int, folder: str, case: str) -> None:
+def run_rank(rank: int, world: int, store: str, folder: str, case: str) -> None:
     faulthandler.enable(all_threads=True)  # a rank aborted by a C++ error shows where it was
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world)
     try:
         figures = CASES[case](rank, world)
         with open(f"{folder}/rank{rank}.json", "w") as stream:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import uuid
 
 import torch
 import torch.distributed as dist
@@ -17,13 +18,21 @@ from jitflops.examples import ConvNet
 
 
 def _free_port() -> int:
+    """A port free now, for a ``torchrun`` subprocess's rendezvous (another process may take it
+    before the subprocess binds it: ranks spawned here meet in a file, :func:`process_group_file`)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, folder: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+def process_group_file(folder: str) -> str:
+    """An ``init_method`` for ranks spawned by a test: a file of its own in ``folder`` (a port probed
+    free could be taken by another test's gloo connections before rank 0 binds it)."""
+    return f"file://{folder}/{uuid.uuid4().hex}.store"
+
+
+def _rank_main(rank: int, world: int, store: str, folder: str) -> None:
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world)
     try:
         torch.manual_seed(0)
         model = ConvNet().eval()
@@ -45,7 +54,7 @@ def _rank_main(rank: int, world: int, port: int, folder: str) -> None:
 
 
 def test_two_ranks_gather_and_rank0_writes(tmp_path):
-    mp.spawn(_rank_main, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_rank_main, args=(2, process_group_file(str(tmp_path)), str(tmp_path)), nprocs=2, join=True)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     per_image = ranks[0]["local_macs"]
     assert ranks[1]["local_macs"] == 2 * per_image
@@ -59,7 +68,7 @@ def test_two_ranks_gather_and_rank0_writes(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.json", "rank0.json", "rank1.json"]
 
 
-def _sharded_rank_main(rank: int, world: int, port: int, folder: str, engine: str) -> None:
+def _sharded_rank_main(rank: int, world: int, store: str, folder: str, engine: str) -> None:
     """The issue's MLP, sharded by ``engine``, counted by the default call (the JIT's fallback)."""
     import warnings
 
@@ -68,7 +77,7 @@ def _sharded_rank_main(rank: int, world: int, port: int, folder: str, engine: st
 
     from jitflops import JitFallbackWarning
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world)
     try:
         mesh = init_device_mesh("cpu", (world,))
         torch.manual_seed(0)
@@ -101,7 +110,7 @@ def _sharded_rank_main(rank: int, world: int, port: int, folder: str, engine: st
 
 @pytest.mark.parametrize("engine", ["fsdp2", "tensor_parallel"])
 def test_sharded_models_are_counted_by_the_default_call(tmp_path, engine):
-    mp.spawn(_sharded_rank_main, args=(2, _free_port(), str(tmp_path), engine), nprocs=2, join=True)
+    mp.spawn(_sharded_rank_main, args=(2, process_group_file(str(tmp_path)), str(tmp_path), engine), nprocs=2, join=True)
     for rank in range(2):
         figures = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert figures["counted_by"] == "dispatch" and len(figures["warnings"]) == 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from jitflops.estimates.fake_sharding import ShardingError, shard_like_tensor_pa
 from jitflops.estimates.optimizers import UnknownOptimizerError
 
 from sharded_cases import memtracker_peak
+from test_distributed import process_group_file
 
 transformers = pytest.importorskip("transformers")
 
@@ -391,7 +391,7 @@ def _printed(out: str, label: str) -> str:
     return next(line[len(label) + 1:].strip() for line in out.splitlines() if line.startswith(label + ":"))
 
 
-def _sharded_rank(rank: int, world: int, port: int, folder: str, estimates: dict[str, int]) -> None:
+def _sharded_rank(rank: int, world: int, store: str, folder: str, estimates: dict[str, int]) -> None:
     """One of 4 gloo ranks on a 2 x 2 mesh of a real Llama split by its own tensor-parallel plan over
     ``tp`` (``tp`` modes), with FSDP2 over ``dp`` on top (``fsdp_tp``): MemTracker's least peak of 2
     steady steps."""
@@ -399,7 +399,7 @@ def _sharded_rank(rank: int, world: int, port: int, folder: str, estimates: dict
 
     from jitflops.estimates.fake_sharding import sharding_units
 
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.distributed.init_process_group("gloo", init_method=store, rank=rank, world_size=world)
     try:
         mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
         peaks = {}
@@ -452,7 +452,7 @@ def test_tensor_parallel_and_fsdp2_by_tensor_parallel_shard_per_rank_by_hand_and
         FP32 * math.ceil(p.numel() // (1 if "norm" in name else 2) / 2) for name, p in model.named_parameters())
     assert both.settings["fsdp"] == both.settings["tensor_parallel"] == 2 and both.peak < sharded.peak
     assert not torch.distributed.is_initialized()
-    mp.spawn(_sharded_rank, args=(4, _free_port(), str(tmp_path), {mode: e.peak for mode, e in estimates.items()}), nprocs=4, join=True)
+    mp.spawn(_sharded_rank, args=(4, process_group_file(str(tmp_path)), str(tmp_path), {mode: e.peak for mode, e in estimates.items()}), nprocs=4, join=True)
     for rank in range(4):
         measured = json.loads((tmp_path / f"rank{rank}.json").read_text())
         for mode, estimate in estimates.items():
@@ -477,7 +477,3 @@ def test_a_tensor_parallel_models_step_on_a_gpu_takes_the_optimizer_torch_can_ru
     assert on_gpu.peak == for_loop.peak and on_gpu.settings["tensor_parallel"] == 2
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

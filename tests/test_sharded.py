@@ -12,14 +12,14 @@ import pytest
 import torch.multiprocessing as mp
 
 from sharded_cases import BATCH, D_HIDDEN, D_IN, run_rank
-from test_distributed import _free_port
+from test_distributed import _free_port, process_group_file
 
 FLOAT = 4  # bytes
 MLP_MACS = BATCH * (D_IN * D_HIDDEN + D_HIDDEN * D_IN)
 
 
 def spawn(case: str, world: int, folder) -> list[dict]:
-    mp.spawn(run_rank, args=(world, _free_port(), str(folder), case), nprocs=world, join=True)
+    mp.spawn(run_rank, args=(world, process_group_file(str(folder)), str(folder), case), nprocs=world, join=True)
     return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in range(world)]
 
 
