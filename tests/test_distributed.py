@@ -18,8 +18,9 @@ from jitflops.examples import ConvNet
 
 
 def _free_port() -> int:
-    """A port free now, for a ``torchrun`` subprocess's rendezvous (another process may take it
-    before the subprocess binds it: ranks spawned here meet in a file, :func:`process_group_file`)."""
+    """A port free now, for Lightning's DDP subprocess (``MASTER_PORT``; another process may take it
+    before the subprocess binds it: ranks spawned here meet in a file, :func:`process_group_file`,
+    and ``torchrun`` runs ``--standalone``, its rendezvous on a port it binds itself)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

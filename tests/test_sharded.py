@@ -165,7 +165,7 @@ def test_the_fsdp_by_tensor_parallel_llama_example_on_4_processes(tmp_path):
     from jitflops import FlopCountAnalysis
 
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port", str(_free_port()),
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
          "examples/sharded_llama.py", "--json", str(tmp_path / "llama.json")],
         cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=300,
     )
@@ -305,7 +305,7 @@ def test_transformers_trainer_ddp_profiles_every_rank(tmp_path):
     pytest.importorskip("transformers")
     script = tmp_path / "train.py"
     script.write_text(TRAINER_DDP)
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()), str(script), str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), str(tmp_path)],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     forward, backward = 8 * (32 * 64 + 64 * 4), 8 * (64 * 4 * 2 + 32 * 64)
