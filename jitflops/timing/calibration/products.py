@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import statistics
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -28,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ...estimates.devices import ProductGrid
-from .budget import MOST_PASSES, Budget, CallTimer, Maker, interleaved_medians, measured_curve, on_activations
+from .budget import Budget, CallTimer, Maker, interleaved_medians, measured_curve, on_activations
 
 CPU_ROWS = (1, 8, 16, 32, 64, 128, 256, 512, 2048)
 CPU_WIDTHS = (256, 512, 1024, 2048, 4096)
@@ -184,6 +183,17 @@ DECODE_RERUNS = 2
 """Untimed passes over a cell's weights before its timed one: the step before left them in the cache."""
 
 
+class _TimesItself(CallTimer):
+    """The CPU's timer of calls that time themselves: each returns its own seconds (a decode grid's
+    pass, its products and not the host's work between them)."""
+
+    def __init__(self) -> None:
+        super().__init__(torch.device("cpu"), flush=False)
+
+    def seconds(self, run: Callable[[], object]) -> float:
+        return float(run())  # type: ignore[arg-type]
+
+
 def _products_between_host_work(x: torch.Tensor, weights: Sequence[torch.Tensor]) -> float:
     """The mean time of a product of ``x`` by each of ``weights`` in turn, each after
     :data:`DECODE_HOST_OPS` small ops (not timed), in the last of :data:`DECODE_RERUNS` + 1 passes."""
@@ -206,7 +216,7 @@ def decode_grid(budget: Budget, widths: Sequence[int], cache_bytes: int) -> Opti
     :data:`DECODE_ROTATION` of it twice): by :data:`DECODE_ROWS` rows, each cell a pass over
     weights filling that share, each product after the host's work on other ops
     (:data:`DECODE_HOST_OPS`), the weights read a pass before (:data:`DECODE_RERUNS`); cells in
-    turn, while ``budget`` lasts (each at least once).
+    turn, while ``budget`` lasts (:func:`~.budget.interleaved_medians`).
 
     On a 2-core EPYC VM (32 MiB L3), Llama GQA's 15 products (6.3 MiB of weights) took 0.27-0.30
     ms a decode step (module hooks, less their calls), and 0.80 with one thread. This grid prices
@@ -219,16 +229,15 @@ def decode_grid(budget: Budget, widths: Sequence[int], cache_bytes: int) -> Opti
     if not fitting:
         return None
     weights = {width: [torch.randn(width, width) for _ in range(math.ceil(rotation / (width * width * 4)))] for width in fitting}
-    inputs = {(row, width): torch.randn(row, width) for row in DECODE_ROWS for width in fitting}
-    samples: dict[tuple[int, int], list[float]] = {(row, width): [] for row in DECODE_ROWS for width in fitting}
-    for turn in range(MOST_PASSES):
-        for (row, width), times in samples.items():
-            if turn and budget.spent():
-                break
-            times.append(_products_between_host_work(inputs[row, width], weights[width]))
-        if budget.spent():
-            break
-    timed = {cell: 2.0 * cell[0] * cell[1] ** 2 / statistics.median(times) for cell, times in samples.items() if times}
+    cells = sorted((2.0 * row * width * width, row, width) for row in DECODE_ROWS for width in fitting)
+
+    def maker(row: int, width: int) -> Maker:
+        def make() -> Callable[[], object]:
+            x = torch.randn(row, width)
+            return lambda: _products_between_host_work(x, weights[width])
+        return make
+    medians = interleaved_medians(_TimesItself(), budget, [(flops, maker(row, width)) for flops, row, width in cells])
+    timed = {(row, width): flops / seconds for (flops, row, width), seconds in zip(cells, medians) if seconds is not None}
     return ProductGrid(DECODE_ROWS, tuple(width * width for width in fitting), filled_rates(DECODE_ROWS, fitting, timed))
 
 
