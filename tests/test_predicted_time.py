@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from jitflops.cli import main
 from jitflops.core.records import EagerOpRecord, TensorMeta
 from jitflops.estimates.costs import kernel_seconds
+from jitflops.estimates.costs.fresh_pages import FRESH_PAGES_FROM_BYTES
 from jitflops.estimates.costs.attention import DECODE_QUERIES
 from jitflops.estimates.devices import HOST_KINDS, LIBRARY_CALLS, DeviceSpec, DeviceSpecError
 from jitflops.estimates.execution import Timeline, host_kind, modules_entered
@@ -155,6 +156,58 @@ def test_each_family_reads_its_own_curve_by_its_own_work():
     # training's dropout draws its mask with bernoulli_: the random numbers' curve, where the spec has one
     mask = EagerOpRecord("aten::bernoulli_", [x, 0.9], [x], ["self", "p"])
     assert kernel_seconds(mask, _spec(kernel_curves={**spec.kernel_curves, "random": ((1000.0, 13e-6), (1e9, 13.0))}), 0, 4.0) == pytest.approx(13e-9 * (1 << 20))
+
+
+def test_an_output_glibc_maps_afresh_adds_its_pages_at_the_calibrated_price():
+    """An output of at least 32 MiB is served from fresh pages: its op adds a page's price for each
+    4 KiB of it to its curve's time (an elementwise op, a norm, an embedding's gradient); a smaller
+    output, an op in place and a spec without the price (a GPU's, a datasheet's) add none."""
+    spec = _spec(host_s={**_spec().host_s, "page": 1e-6})
+    large, small = _meta(2**23), _meta(2**23 - 1024)  # 32 MiB and just under it, in float32
+    add = EagerOpRecord("aten::add", [large, large, 1], [large], ["self", "other", "alpha"])
+    assert kernel_seconds(add, spec, 0, 8.0) == pytest.approx(1e-9 * 2**23 + 1e-6 * 2**13)
+    assert kernel_seconds(add, _spec(), 0, 8.0) == pytest.approx(1e-9 * 2**23)
+    below = EagerOpRecord("aten::add", [small, small, 1], [small], ["self", "other", "alpha"])
+    assert kernel_seconds(below, spec, 0, 8.0) == pytest.approx(1e-9 * (2**23 - 1024))
+    in_place = EagerOpRecord("aten::add_", [large, large], [large], ["self", "other"])
+    assert kernel_seconds(in_place, spec, 0, 8.0) == pytest.approx(1e-9 * 2**23)
+    norm = EagerOpRecord("aten::native_layer_norm", [large, [1024]], [large, _meta(2**13, 1), _meta(2**13, 1)], ["input", "normalized_shape"])
+    assert kernel_seconds(norm, spec, 0, 8.0) == pytest.approx(1e-9 * 2**23 + 1e-6 * 2**13)
+    ids, table = _meta(8, dtype=torch.int64), _meta(2**15, 512)
+    gradient = EagerOpRecord("aten::embedding_dense_backward", [_meta(8, 512), ids, 2**15, -1, False], [table],
+                             ["grad_output", "indices", "num_weights", "padding_idx", "scale_grad_by_freq"])
+    assert kernel_seconds(gradient, spec, 0, 8.0) == pytest.approx(1e-9 * 2**24 + 1e-6 * 2**14)
+
+
+_FAULTED_BY_AN_ADD = """
+import resource, sys, torch
+from jitflops.timing.calibration import steady_allocator
+
+steady_allocator()
+x = torch.ones(int(sys.argv[1]))
+x + x  # the untimed call: glibc's first block of a size
+faulted = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+x + x
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faulted)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "confstr") or "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc's allocator")
+def test_the_pages_an_op_is_priced_for_are_those_the_os_faults_in():
+    """The OS's count of the pages a process faulted in (``getrusage``) agrees with the pages the
+    prediction prices: an add's output of 40 MiB, all of its pages, one of 24 MiB, none (the heap
+    serves it, as it serves a model's after its first forward)."""
+    from jitflops.estimates.costs.fresh_pages import fresh_pages
+
+    def faulted(elements: int) -> int:
+        done = subprocess.run([sys.executable, "-c", _FAULTED_BY_AN_ADD, str(elements)], capture_output=True, text=True, check=True)
+        return int(done.stdout.split()[-1])
+
+    for elements in (10 * 2**20, 6 * 2**20):
+        x = _meta(elements)
+        pages = fresh_pages(EagerOpRecord("aten::add", [x, x, 1], [x], ["self", "other", "alpha"]))
+        assert pages == (10 * 2**20 * 4 // 4096 if elements == 10 * 2**20 else 0)
+        assert pages <= faulted(elements) <= pages + 16  # a page or so of the allocator's own, and the interpreter's
 
 
 def test_training_dropout_is_timed_as_this_cpu_draws_random_numbers():
@@ -648,7 +701,9 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     started = time.perf_counter()
     spec = calibrate("cpu", budget_s=6)
     elapsed = time.perf_counter() - started
-    assert elapsed < 6 + 4, f"calibrate took {elapsed:.1f} s on a 6 s budget"
+    # the host's timings (DTensor's and FSDP2's imports among them) take 2.6-3.5 s alone and 5-7 under
+    # a second test worker, and the budget's families at least half of it: 8.9-9.9 s under load (2026-12-06)
+    assert elapsed < 6 + 5, f"calibrate took {elapsed:.1f} s on a 6 s budget"
     assert spec.emulated == ("bfloat16",) and set(spec.products) == {"float32", "bfloat16"}
     assert spec.products["bfloat16"].rows == (1, 8, 16, 32)  # emulated: small products only
     assert set(spec.product_aspects) == {"float32"} and spec.product_aspects["float32"].weights == (1024, 2048)  # the middle width's square and narrowing shapes (a CPU's: no widening one)
@@ -667,6 +722,9 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert spec.host_s["dtensor"] > spec.host_s["op"] and spec.host_s["parallel_dtensor"] > spec.host_s["op"]  # DTensor's Python on top of the op's
     assert spec.host_s["fsdp_unit"] > 5 * spec.host_s["fsdp_tensor"] > 5 * spec.host_s["op"]  # FSDP2's hooks: a unit's Python, each tensor's bookkeeping
     assert 0 < 20 * spec.host_s["bytecode"] < spec.host_s["module"]  # a module's call runs some 30 instructions of nn.Module's, and more of C
+    assert 4096 / spec.memory_bandwidth < spec.host_s["page"] < 1e-4  # a page faulted in: zeroed by the OS, no faster than memory's bandwidth, and its fault besides
+    timed = [work for family in ("copy", "arithmetic", "norm", "softmax") for work, _ in spec.kernel_curves[family]]
+    assert max(timed) * 4 < FRESH_PAGES_FROM_BYTES  # float32 outputs the heap serves: a larger one's fresh pages are priced apart
 
 
 def test_a_timer_that_produces_rewrites_an_activations_input_before_each_timed_call():

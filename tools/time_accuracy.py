@@ -186,8 +186,9 @@ def module_errors(model: torch.nn.Module, args: tuple, kwargs: dict, spec: Devic
 def training_step(model: torch.nn.Module, args: tuple, kwargs: dict, steps: int) -> tuple[float, float]:
     """The median of ``steps`` steady AdamW steps (after one that makes the optimizer's state), and
     of the pages each step faulted in: a block over 32 MiB (BERT-base's word embeddings' gradient,
-    AdamW's temporaries of them) is mapped afresh at every step, and the calibrated curves price
-    that; blocks under it fault where glibc has trimmed its heap, which is priced nowhere."""
+    AdamW's temporaries of them) is mapped afresh at a step, unless the heap holds a free block that
+    large, and the prediction prices its pages (``host_s["page"]``); blocks under it fault where
+    glibc has trimmed its heap, which is priced nowhere."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters())
     times, faults = [], []

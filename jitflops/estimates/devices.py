@@ -35,7 +35,7 @@ host time they take where a spec has none of theirs. On an H200 under ``torch.pr
 2.11), ``addmm`` took 29 us of its own, ``cudnn_convolution`` 49 and ``cudnn_batch_norm`` 25,
 against ``add``'s 10."""
 
-HOST_KINDS = ("op", "view", "scalar", "module", "bytecode", "backward", "dtensor", "parallel_dtensor", "fsdp_unit", "fsdp_tensor", *LIBRARY_CALLS)
+HOST_KINDS = ("op", "view", "scalar", "module", "bytecode", "backward", "dtensor", "parallel_dtensor", "fsdp_unit", "fsdp_tensor", "page", *LIBRARY_CALLS)
 """What an eager step spends host time on: a call that dispatches a kernel, a view or other
 metadata-only op, a read of a size or scalar, an ``nn.Module`` call, a bytecode instruction of the
 model's own Python between its ops (:mod:`~jitflops.frontends.bytecode_count`; a spec without it
@@ -45,7 +45,9 @@ parallelism's and FSDP2's parameters are DTensors. ``parallel_dtensor`` is that 
 tensor parallelism sharded, its parallel style's conversions (``from_local``, ``redistribute``,
 ``to_local``, forward and backward) shared out over its ops. ``fsdp_unit`` and ``fsdp_tensor`` are
 FSDP2's hooks in a forward and backward, per unit it shards and per parameter tensor (the plan's,
-on a CPU)."""
+on a CPU). ``page`` is the OS's time faulting in a page of an output mapped afresh, on a CPU
+(:mod:`~jitflops.estimates.costs.fresh_pages`): added to the op's kernel, and none where a spec
+has none of it."""
 
 GRIDS = ("products", "decode_products", "pointwise_products", "resident_pointwise_products", "native_pointwise_products", "product_aspects", "grouped_convolutions",
          "three_by_three_convolutions")

@@ -14,6 +14,7 @@ from ...handles.elementwise import POINTWISE_OPS
 from ...handles.registry import with_inplace
 from ..devices import DeviceSpec
 from ..measured_curves import curve_seconds
+from .fresh_pages import fresh_pages_seconds
 from .operands import output_elements
 from .registry import KERNEL_COSTS, curve_of
 
@@ -80,4 +81,4 @@ def elementwise_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: f
     if not traffic:
         return 0.0
     curve = curve_of(spec, elementwise_family(op))
-    return curve_seconds(curve, output_elements(op)) if curve is not None else None
+    return curve_seconds(curve, output_elements(op)) + fresh_pages_seconds(op, spec) if curve is not None else None

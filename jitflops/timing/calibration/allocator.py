@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-MMAP_THRESHOLD_MAX = 32 * 2**20
-"""glibc's largest dynamic mmap threshold on a 64-bit machine (``DEFAULT_MMAP_THRESHOLD_MAX``)."""
+from ...estimates.costs.fresh_pages import FRESH_PAGES_FROM_BYTES as MMAP_THRESHOLD_MAX
 
 
 def steady_allocator() -> None:
@@ -19,6 +18,7 @@ def steady_allocator() -> None:
     convolution of 144 channels at 56 x 56 took 1.9 ms a call, and 0.41 ms once a 32 MiB block had
     been freed, and a 1 x 1 one from 16 to 96 channels at 112 x 112 3.3 ms and 0.32. Allocating
     and freeing one block of just under the maximum does what the model's first forward does.
-    Larger tensors are served fresh in both (a training step's 154 MB optimizer temporaries), and
-    calibration times them so."""
+    Larger tensors are served fresh in both (a training step's 154 MB optimizer temporaries):
+    calibration times its curves under that size and a fresh page apart, and the prediction adds
+    an op's fresh pages (:mod:`jitflops.estimates.costs.fresh_pages`)."""
     torch.empty(MMAP_THRESHOLD_MAX - 2**16, dtype=torch.uint8).fill_(0)

@@ -79,7 +79,10 @@ class OnActivations:
     training step repeated within a second finds the pages its last step freed. Timed a pass
     apart, a VM that hands freed memory back to its host faults each page on the host: a 64 MiB
     copy took 18 ms in one calibration and 35 to 92 ms in others on the 2-core EPYC, and
-    T5-small's training step was priced 31% to 77% over its time."""
+    T5-small's training step was priced 31% to 77% over its time. Even so they took 21 to 218 ms
+    round to round: the elementwise and reduction curves now stop under 32 MiB, and a fresh page
+    is priced apart (:mod:`jitflops.estimates.costs.fresh_pages`); the batched products' largest
+    cells (48 heads' 512 x 512 scores and more) keep this."""
 
     def __init__(self, run: Callable[[], object], *activations: torch.Tensor, fresh_output: bool = False) -> None:
         self.run, self.activations, self.fresh_output = run, activations, fresh_output

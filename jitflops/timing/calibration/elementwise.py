@@ -5,7 +5,7 @@ On a CPU an elementwise op is not the copy bandwidth's: it allocates its output,
 over the threads, and a transcendental function is bound by the vector unit, not memory, at rates
 five times apart from one function to another (on a 2-core AVX2 EPYC, per million elements: ``exp``
 0.7 ms, ``erf`` 1.1, ``tanh`` 2.1, ``log`` several, against 0.15 for an ``add``). Each kind is timed
-as models call it, on float32 tensors of 4 Ki to 16 Mi elements: ``clone`` (copies, casts,
+as models call it, on float32 tensors of 4 Ki to 7.5 Mi elements: ``clone`` (copies, casts,
 concatenations, pads), a copy that transposes (``transpose``: a layout change a ``contiguous``,
 a ``reshape`` or a convolution makes), ``add`` of two tensors (arithmetic, comparisons, selections, ReLU-like
 activations), ``add_`` (the same in place: no output to allocate), one function of each group
@@ -28,8 +28,9 @@ import torch
 
 from .budget import Budget, CallTimer, Maker, measured_curve, on_activations
 
-ELEMENTS = tuple(4**power for power in range(6, 13))
-"""4 Ki to 16 Mi elements."""
+ELEMENTS = (*(4**power for power in range(6, 12)), 15 * 2**19)
+"""4 Ki to 7.5 Mi elements: 30 MiB of float32 at the largest, under the size glibc maps afresh
+(:mod:`jitflops.estimates.costs.fresh_pages`, which prices a larger output's pages apart)."""
 
 SERIAL_ELEMENTS = tuple(4**power for power in range(2, 10))
 """16 to 256 Ki elements, for ``isin``: a loop an element has no floor of a vectorized kernel's

@@ -6,8 +6,9 @@ of two one-element tensors: Python, the dispatcher and an allocation), a view (`
 a size (``size(0)``), a call of a module that does nothing (``nn.Module.__call__``'s machinery),
 the backward of a chain of tiny products (the autograd engine's call of each backward op),
 DTensor's dispatch of an op, alone and in a tensor-parallel module (:func:`_dtensor_per_op`), and
-FSDP2's hooks per unit and per parameter tensor (:func:`_fsdp_per_unit`), and on a GPU a tiny op
-of each library a call plans with (:func:`_library_calls`).
+FSDP2's hooks per unit and per parameter tensor (:func:`_fsdp_per_unit`), on a CPU a page of a
+block mapped afresh faulted in (:func:`per_fresh_page`), and on a GPU a tiny op of each library a
+call plans with (:func:`_library_calls`).
 On a GPU the loop is synchronised once at its end: each op's time is what the host takes to issue
 it, where the kernel is tinier than that.
 """
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...estimates.costs.fresh_pages import FRESH_PAGES_FROM_BYTES, PAGE_BYTES
 from .budget import synchronize
 
 CALLS = 2000
@@ -186,6 +188,33 @@ def _fsdp_per_unit(device: torch.device) -> dict[str, float]:
     return {"fsdp_unit": max(0.0, (extra[0] - tensors[0] * per_tensor) / (FSDP_UNITS + 1)), "fsdp_tensor": per_tensor}
 
 
+FRESH_BLOCK = 2 * FRESH_PAGES_FROM_BYTES
+"""The block whose pages time a fresh mapping's: twice the size glibc maps afresh."""
+
+FRESH_SAMPLES = 3
+
+
+def per_fresh_page(device: torch.device) -> dict[str, float]:
+    """On a CPU, the OS's time faulting in a page of a block mapped afresh (``page``:
+    :mod:`~jitflops.estimates.costs.fresh_pages`): a fill of a new :data:`FRESH_BLOCK` less a fill
+    of one held, the least of :data:`FRESH_SAMPLES` of each, over its pages (1.2 us on a 2-core
+    EPYC; a VM whose host takes freed pages back faults ten times slower at times, a second or more)."""
+    if device.type != "cpu":
+        return {}
+    held = torch.empty(FRESH_BLOCK, dtype=torch.uint8)
+
+    def seconds(run: Callable[[], object]) -> float:
+        started = time.perf_counter()
+        run()
+        return time.perf_counter() - started
+    held.fill_(0)
+    fresh, kept = [], []
+    for _ in range(FRESH_SAMPLES):
+        fresh.append(seconds(lambda: torch.empty(FRESH_BLOCK, dtype=torch.uint8).fill_(1)))
+        kept.append(seconds(lambda: held.fill_(1)))
+    return {"page": max(0.0, min(fresh) - min(kept)) * PAGE_BYTES / FRESH_BLOCK}
+
+
 LIBRARY_CALLS_PER_LOOP = 500
 """Calls per timed loop of a library's op (20 to 50 us each on an H200's host)."""
 
@@ -266,4 +295,4 @@ def host_seconds(device: torch.device) -> dict[str, float]:
     op = _per_call(device, lambda: torch.add(a, b))
     return {"op": op, "view": _per_call(device, lambda: a.view(1)), "scalar": _per_call(device, lambda: a.size(0)),
             "module": _per_call(device, lambda: identity(a)), "backward": _backward_per_op(device), **_dtensor_per_op(device),
-            "bytecode": _per_bytecode(device), **_fsdp_per_unit(device), **_library_calls(device)}
+            "bytecode": _per_bytecode(device), **_fsdp_per_unit(device), **_library_calls(device), **per_fresh_page(device)}

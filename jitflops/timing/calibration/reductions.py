@@ -8,7 +8,7 @@ its own, and so is a reduction that returns where its maximum is (``argmax``, ``
 dimension: 0.9 ns an element on a 2-core AVX-512 EPYC, twelve times a ``sum``'s; ``generate``
 takes one over the vocabulary each token). Timed on float32 rows of 768 (a layer norm), 256 (a
 softmax over keys, a sum, an argmax), 64 channels (a batch norm), and 32 x 32 planes (a 3 x 3 max
-pool of stride 2), 4 Ki to 16 Mi elements.
+pool of stride 2), 4 Ki to 7.5 Mi elements.
 """
 
 from __future__ import annotations
