@@ -197,7 +197,7 @@ FRESH_SAMPLES = 3
 def per_fresh_page(device: torch.device) -> dict[str, float]:
     """On a CPU, the OS's time faulting in a page of a block mapped afresh (``page``:
     :mod:`~jitflops.estimates.costs.fresh_pages`): a fill of a new :data:`FRESH_BLOCK` less a fill
-    of one held, the least of :data:`FRESH_SAMPLES` of each, over its pages (1.2 us on a 2-core
+    of one held, the least of :data:`FRESH_SAMPLES` of each, over its pages (0.8 to 1.1 us on a 2-core
     EPYC; a VM whose host takes freed pages back faults ten times slower at times, a second or more)."""
     if device.type != "cpu":
         return {}
