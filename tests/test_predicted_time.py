@@ -691,8 +691,20 @@ def _slow_bfloat16(function):
 
 def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch):
     """With every bfloat16 product, convolution and attention made as slow as on a CPU without
-    bfloat16 vector units, a calibration of a 6 s budget ends within it, and marks bfloat16 emulated."""
+    bfloat16 vector units, a calibration of a 6 s budget times its families within it (what the
+    host's fixed timings leave of it, half of it at least), and marks bfloat16 emulated."""
+    import jitflops.timing.calibration as calibration
     from jitflops.timing.calibration import calibrate, products
+
+    host_timings: list[float] = []
+
+    def timed_host_seconds(device: torch.device, timed=calibration.host_seconds) -> dict[str, float]:
+        begun = time.perf_counter()
+        try:
+            return timed(device)
+        finally:
+            host_timings.append(time.perf_counter() - begun)
+    monkeypatch.setattr(calibration, "host_seconds", timed_host_seconds)
 
     for name in ("linear", "conv2d", "scaled_dot_product_attention"):
         monkeypatch.setattr(F, name, _slow_bfloat16(getattr(F, name)))
@@ -701,9 +713,9 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     started = time.perf_counter()
     spec = calibrate("cpu", budget_s=6)
     elapsed = time.perf_counter() - started
-    # the host's timings (DTensor's and FSDP2's imports among them) take 2.6-3.5 s alone and 5-7 under
-    # a second test worker, and the budget's families at least half of it: 8.9-9.9 s under load (2026-12-06)
-    assert elapsed < 6 + 5, f"calibrate took {elapsed:.1f} s on a 6 s budget"
+    # the host's fixed timings (DTensor's and FSDP2's imports among them) take 2.6-3.5 s alone and 5-11
+    # under a second test worker (2026-12-06), outside the budget's families, which get at least half of it
+    assert elapsed - sum(host_timings) < 6, f"calibrate took {elapsed:.1f} s on a 6 s budget, {sum(host_timings):.1f} of it the host's timings"
     assert spec.emulated == ("bfloat16",) and set(spec.products) == {"float32", "bfloat16"}
     assert spec.products["bfloat16"].rows == (1, 8, 16, 32)  # emulated: small products only
     assert set(spec.product_aspects) == {"float32"} and spec.product_aspects["float32"].weights == (1024, 2048)  # the middle width's square and narrowing shapes (a CPU's: no widening one)
