@@ -714,8 +714,9 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     spec = calibrate("cpu", budget_s=6)
     elapsed = time.perf_counter() - started
     # the host's fixed timings (DTensor's and FSDP2's imports among them) take 2.6-3.5 s alone and 5-11
-    # under a second test worker (2026-12-06), outside the budget's families, which get at least half of it
-    assert elapsed - sum(host_timings) < 6, f"calibrate took {elapsed:.1f} s on a 6 s budget, {sum(host_timings):.1f} of it the host's timings"
+    # under a second test worker (2026-12-06), outside the budget's families, which get at least half of
+    # it, and a pass may end 2 s past it under load; an emulated dtype's full grids would take minutes
+    assert elapsed - sum(host_timings) < 6 + 2, f"calibrate took {elapsed:.1f} s on a 6 s budget, {sum(host_timings):.1f} of it the host's timings"
     assert spec.emulated == ("bfloat16",) and set(spec.products) == {"float32", "bfloat16"}
     assert spec.products["bfloat16"].rows == (1, 8, 16, 32)  # emulated: small products only
     assert set(spec.product_aspects) == {"float32"} and spec.product_aspects["float32"].weights == (1024, 2048)  # the middle width's square and narrowing shapes (a CPU's: no widening one)
