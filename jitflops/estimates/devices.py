@@ -213,6 +213,10 @@ class DeviceSpec:
                 return self.compute_efficiency * (low_share + weight * (high_share - low_share))
         return self.compute_efficiency * curve[-1][1]
 
+    def _cache_holds(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` take at most :data:`RESIDENT_SHARE` of the last-level cache (none known: no)."""
+        return self.cache_bytes is not None and nbytes <= RESIDENT_SHARE * self.cache_bytes
+
     def for_weights(self, weight_bytes: int) -> "DeviceSpec":
         """The spec a model with ``weight_bytes`` of weights runs on: its 1 x 1 convolutions read
         from the grid timed in the cache (:attr:`resident_pointwise_products`) where the weights
@@ -220,7 +224,7 @@ class DeviceSpec:
         activations), this spec otherwise. Its products read the grid timed from memory whatever
         its size: a forward reads each weight once, and its other weights and activations pass
         through the caches in between (a decode step: :meth:`for_decode`)."""
-        if not self.resident_pointwise_products or self.cache_bytes is None or weight_bytes > RESIDENT_SHARE * self.cache_bytes:
+        if not self.resident_pointwise_products or not self._cache_holds(weight_bytes):
             return self
         return dataclasses.replace(self, pointwise_products={**self.pointwise_products, **self.resident_pointwise_products})
 
@@ -233,7 +237,7 @@ class DeviceSpec:
         pass through in between. On a 2-core EPYC VM, Llama GQA's decode step (6.3 MiB) was
         priced +36% to +50% from memory's grid, -19% to -35% from the decode grid (the rest of
         the step, its Python above all, priced under its time)."""
-        if not self.decode_products or self.cache_bytes is None or working_bytes > RESIDENT_SHARE * self.cache_bytes:
+        if not self.decode_products or not self._cache_holds(working_bytes):
             return self
         return dataclasses.replace(self, products={**self.products, **self.decode_products})
 

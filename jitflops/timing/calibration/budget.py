@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from .allocator import MMAP_THRESHOLD_MAX
+from ...estimates.costs.fresh_pages import FRESH_PAGES_FROM_BYTES
 
 DEFAULT_BUDGET_S = 40.0
 """The whole calibration's time: the families' shares add up to it."""
@@ -93,9 +93,9 @@ class OnActivations:
 
 def on_activations(run: Callable[[], object], *activations: torch.Tensor) -> OnActivations:
     """``run`` on ``activations``, called once to see whether its output is a fresh tensor larger
-    than glibc serves from the heap (:data:`~.allocator.MMAP_THRESHOLD_MAX`)."""
+    than glibc serves from the heap (:data:`~jitflops.estimates.costs.fresh_pages.FRESH_PAGES_FROM_BYTES`)."""
     output = run()
-    fresh = (isinstance(output, torch.Tensor) and output.untyped_storage().nbytes() > MMAP_THRESHOLD_MAX
+    fresh = (isinstance(output, torch.Tensor) and output.untyped_storage().nbytes() > FRESH_PAGES_FROM_BYTES
              and all(output.untyped_storage().data_ptr() != activation.untyped_storage().data_ptr() for activation in activations))
     return OnActivations(run, *activations, fresh_output=fresh)
 

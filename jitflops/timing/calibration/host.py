@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...estimates.costs.fresh_pages import FRESH_PAGES_FROM_BYTES, PAGE_BYTES
-from .budget import synchronize
+from .budget import CallTimer, synchronize
 
 CALLS = 2000
 """Calls per timed loop; the median of 5 loops is taken."""
@@ -201,17 +201,12 @@ def per_fresh_page(device: torch.device) -> dict[str, float]:
     EPYC; a VM whose host takes freed pages back faults ten times slower at times, a second or more)."""
     if device.type != "cpu":
         return {}
-    held = torch.empty(FRESH_BLOCK, dtype=torch.uint8)
-
-    def seconds(run: Callable[[], object]) -> float:
-        started = time.perf_counter()
-        run()
-        return time.perf_counter() - started
+    held, timer = torch.empty(FRESH_BLOCK, dtype=torch.uint8), CallTimer(device, flush=False)
     held.fill_(0)
     fresh, kept = [], []
     for _ in range(FRESH_SAMPLES):
-        fresh.append(seconds(lambda: torch.empty(FRESH_BLOCK, dtype=torch.uint8).fill_(1)))
-        kept.append(seconds(lambda: held.fill_(1)))
+        fresh.append(timer.seconds(lambda: torch.empty(FRESH_BLOCK, dtype=torch.uint8).fill_(1)))
+        kept.append(timer.seconds(lambda: held.fill_(1)))
     return {"page": max(0.0, min(fresh) - min(kept)) * PAGE_BYTES / FRESH_BLOCK}
 
 
