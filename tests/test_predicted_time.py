@@ -210,6 +210,32 @@ def test_the_pages_an_op_is_priced_for_are_those_the_os_faults_in():
         assert pages <= faulted(elements) <= pages + 16  # a page or so of the allocator's own, and the interpreter's
 
 
+_PAGE_PRICED_BESIDE_A_FREE_HEAP = """
+import resource, torch
+from jitflops.timing.calibration.host import per_fresh_page
+
+blocks = [torch.empty(30 * 2**20, dtype=torch.uint8).fill_(0) for _ in range(7)]  # from the heap: under the threshold set
+above = torch.empty(2**20, dtype=torch.uint8)  # holds the heap's top, so that the 210 MiB freed stay in it
+del blocks
+faulted = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+torch.empty(64 * 2**20, dtype=torch.uint8).fill_(1)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faulted, per_fresh_page(torch.device("cpu"))["page"])
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "confstr") or "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""), reason="glibc's allocator")
+def test_a_page_is_priced_where_the_heap_already_holds_a_free_64_mib():
+    """Where the process has freed 210 MiB into its heap (glibc's heap grown by 30 MiB blocks, as
+    a test worker's may be), a new 64 MiB block comes from it and faults nothing; the page is still
+    priced, from the blocks that the OS mapped afresh (a calibration in such a worker priced it 0)."""
+    settings = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
+    done = subprocess.run([sys.executable, "-c", _PAGE_PRICED_BESIDE_A_FREE_HEAP], capture_output=True, text=True, check=True,
+                          env={**os.environ, **settings})
+    faulted, page = done.stdout.split()
+    assert int(faulted) < 64  # the heap served the block: the case the price must see through
+    assert 1e-8 < float(page) < 1e-4
+
+
 def test_training_dropout_is_timed_as_this_cpu_draws_random_numbers():
     """``jitflops calibrate`` measures bernoulli_ by elements: a CPU's generator, several times an
     add's time (40 ms against 2 for 3 M elements on a 2-core AVX2 CPU)."""

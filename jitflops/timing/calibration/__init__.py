@@ -150,8 +150,8 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
     kernels.update(reduction_curves(produced, Budget(budget.seconds * SHARES["reductions"]), on_host))
     kernels["gather"] = gather_curve(warm, Budget(budget.seconds * SHARES["gathers"]), on_host)
     kernels = {family: curve for family, curve in kernels.items() if curve}
-    if "page" in host:  # timed again 20-30 s later: the least of both, a stretch of slow faults falls on one at most
-        host = {**host, "page": min(host["page"], per_fresh_page(target)["page"])}
+    if "page" in host and (again := per_fresh_page(target)):  # timed again 20-30 s later: the least of both, a stretch of slow faults falls on one at most
+        host = {**host, "page": min(host["page"], again["page"])}
 
     label = name or (torch.cuda.get_device_name(target) if gpu else f"cpu ({torch.get_num_threads()} threads)")
     curves = {key: monotone_shares(grid) for key, grid in grids.items()}

@@ -27,6 +27,11 @@ from torch import nn
 from ...estimates.costs.fresh_pages import FRESH_PAGES_FROM_BYTES, PAGE_BYTES
 from .budget import CallTimer, synchronize
 
+try:
+    import resource
+except ImportError:  # Windows: no getrusage, and no glibc to map a large block afresh
+    resource = None  # type: ignore[assignment]
+
 CALLS = 2000
 """Calls per timed loop; the median of 5 loops is taken."""
 
@@ -193,21 +198,45 @@ FRESH_BLOCK = 2 * FRESH_PAGES_FROM_BYTES
 
 FRESH_SAMPLES = 3
 
+FRESH_TRIES = 8
+"""Blocks tried for each sample of a fresh one: a block the heap serves from memory it already holds
+(a process that freed 64 MiB or more in one piece) faults nothing, and is held while the next is tried."""
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _fresh_fill_seconds(timer: CallTimer) -> Optional[float]:
+    """The time of a new :data:`FRESH_BLOCK`'s allocation, fill and release, from a block that the
+    OS faulted in (nine in ten of its pages at least), or None where :data:`FRESH_TRIES` blocks in
+    turn came from memory the heap held."""
+    held = []
+    for _ in range(FRESH_TRIES):
+        faults = _minor_faults()
+        seconds = timer.seconds(lambda: torch.empty(FRESH_BLOCK, dtype=torch.uint8).fill_(1))
+        if _minor_faults() - faults >= 0.9 * FRESH_BLOCK / PAGE_BYTES:
+            return seconds
+        held.append(torch.empty(FRESH_BLOCK, dtype=torch.uint8))
+    return None
+
 
 def per_fresh_page(device: torch.device) -> dict[str, float]:
     """On a CPU, the OS's time faulting in a page of a block mapped afresh (``page``:
     :mod:`~jitflops.estimates.costs.fresh_pages`): a fill of a new :data:`FRESH_BLOCK` less a fill
     of one held, the least of :data:`FRESH_SAMPLES` of each, over its pages (0.8 to 1.1 us on a 2-core
-    EPYC; a VM whose host takes freed pages back faults ten times slower at times, a second or more)."""
-    if device.type != "cpu":
+    EPYC; a VM whose host takes freed pages back faults ten times slower at times, a second or more).
+    Nothing where no new block faulted (an allocator that keeps freed memory: jemalloc, tcmalloc)."""
+    if device.type != "cpu" or resource is None:
         return {}
     held, timer = torch.empty(FRESH_BLOCK, dtype=torch.uint8), CallTimer(device, flush=False)
     held.fill_(0)
     fresh, kept = [], []
     for _ in range(FRESH_SAMPLES):
-        fresh.append(timer.seconds(lambda: torch.empty(FRESH_BLOCK, dtype=torch.uint8).fill_(1)))
+        if (seconds := _fresh_fill_seconds(timer)) is not None:
+            fresh.append(seconds)
         kept.append(timer.seconds(lambda: held.fill_(1)))
-    return {"page": max(0.0, min(fresh) - min(kept)) * PAGE_BYTES / FRESH_BLOCK}
+    return {"page": max(0.0, min(fresh) - min(kept)) * PAGE_BYTES / FRESH_BLOCK} if fresh else {}
 
 
 LIBRARY_CALLS_PER_LOOP = 500
