@@ -56,10 +56,13 @@ cache priced from the decode grid, noise floor 4%: the forward -17% to +5%, the 
 +28%, prefill -15% to -12%, the decode step -35% to -12%, ``generate``'s own work -50% to -31%; and
 three runs of 5 rounds with a large output's fresh pages priced apart, noise floors 7%, 3% and 11%:
 the forward -19% to +7%, the training step -19% to +4%, prefill -12% to -3%, the decode step -46%
-to -9%, ``generate``'s own work -56% to -18%, and 22 models outside the zoo -15% to +10%)."""
+to -9%, ``generate``'s own work -56% to -18%, and 22 models outside the zoo -15% to +10%; and one
+run of 5 rounds after, noise floor 2%: the forward -10% to +10%, the training step -45% to +6%
+(GPT-2's step 2.0-2.6 s in the zoo's process, 1.6-1.8 in one of its own), prefill -5% to -2%,
+the decode step -28% to -12%, ``generate``'s own work -45% to -20%)."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28), "
-                 "the forward of 22 models outside them (2026-11-29, 2026-12-06), and 9 models again in fifteen runs (2026-12-06): docs/benchmarks.md",
+                 "the forward of 22 models outside them (2026-11-29, 2026-12-06), and 9 models again in sixteen runs (2026-12-06): docs/benchmarks.md",
           "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-28: docs/plan.md"}
 
 
