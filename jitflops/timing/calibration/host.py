@@ -25,12 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...estimates.costs.fresh_pages import FRESH_PAGES_FROM_BYTES, PAGE_BYTES
+from ..timed_pass import faults_since, minor_faults
 from .budget import CallTimer, synchronize
-
-try:
-    import resource
-except ImportError:  # Windows: no getrusage, and no glibc to map a large block afresh
-    resource = None  # type: ignore[assignment]
 
 CALLS = 2000
 """Calls per timed loop; the median of 5 loops is taken."""
@@ -203,19 +199,15 @@ FRESH_TRIES = 8
 (a process that freed 64 MiB or more in one piece) faults nothing, and is held while the next is tried."""
 
 
-def _minor_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
 def _fresh_fill_seconds(timer: CallTimer) -> Optional[float]:
     """The time of a new :data:`FRESH_BLOCK`'s allocation, fill and release, from a block that the
     OS faulted in (nine in ten of its pages at least), or None where :data:`FRESH_TRIES` blocks in
     turn came from memory the heap held."""
     held = []
     for _ in range(FRESH_TRIES):
-        faults = _minor_faults()
+        before = minor_faults()
         seconds = timer.seconds(lambda: torch.empty(FRESH_BLOCK, dtype=torch.uint8).fill_(1))
-        if _minor_faults() - faults >= 0.9 * FRESH_BLOCK / PAGE_BYTES:
+        if (faults_since(before) or 0) >= 0.9 * FRESH_BLOCK / PAGE_BYTES:
             return seconds
         held.append(torch.empty(FRESH_BLOCK, dtype=torch.uint8))
     return None
@@ -227,7 +219,7 @@ def per_fresh_page(device: torch.device) -> dict[str, float]:
     of one held, the least of :data:`FRESH_SAMPLES` of each, over its pages (0.8 to 1.1 us on a 2-core
     EPYC; a VM whose host takes freed pages back faults ten times slower at times, a second or more).
     Nothing where no new block faulted (an allocator that keeps freed memory: jemalloc, tcmalloc)."""
-    if device.type != "cpu" or resource is None:
+    if device.type != "cpu" or minor_faults() is None:  # no count of faults: Windows, which maps no block afresh as glibc does
         return {}
     held, timer = torch.empty(FRESH_BLOCK, dtype=torch.uint8), CallTimer(device, flush=False)
     held.fill_(0)
