@@ -203,13 +203,13 @@ def _fresh_fill_seconds(timer: CallTimer) -> Optional[float]:
     """The time of a new :data:`FRESH_BLOCK`'s allocation, fill and release, from a block that the
     OS faulted in (nine in ten of its pages at least), or None where :data:`FRESH_TRIES` blocks in
     turn came from memory the heap held."""
-    held = []
+    heap_served = []  # kept until the return, so that the heap cannot serve the next try from them
     for _ in range(FRESH_TRIES):
         before = minor_faults()
         seconds = timer.seconds(lambda: torch.empty(FRESH_BLOCK, dtype=torch.uint8).fill_(1))
         if (faults_since(before) or 0) >= 0.9 * FRESH_BLOCK / PAGE_BYTES:
             return seconds
-        held.append(torch.empty(FRESH_BLOCK, dtype=torch.uint8))
+        heap_served.append(torch.empty(FRESH_BLOCK, dtype=torch.uint8))
     return None
 
 
