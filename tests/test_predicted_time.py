@@ -578,11 +578,19 @@ def test_an_embeddings_backward_writes_a_table_sized_gradient():
 def test_an_sgd_training_step_by_hand():
     """SGD without momentum updates each parameter in place once (``add_``): the optimizer's step is
     its call, three host calls and three in-place kernels (its profiler markers cost nothing); the
-    backward's ops take the autograd engine's host time."""
-    spec = _spec()
+    backward's ops take the autograd engine's host time. The spec knows no cache: the step reads
+    its operands from memory, each weight's 10,000 float32 elements and their gradient's read and
+    the weight written, 120 kB at 1e10 B/s (1.2e-5 s, over the curve's 1e-5); on a spec whose cache
+    holds the step's 160.8 kB of parameters and gradients in half of it (``RESIDENT_SHARE``), the curve's."""
+    spec = _spec(memory_efficiency=1.0)  # a calibrated CPU's: its bandwidth measured
     model = _Mlp()
     step = predict_training_step(model, torch.randn(1000, 100), device=spec, optimizer="sgd")
-    assert step.optimizer_s == pytest.approx(3e-6 + 3 * 4e-6 + 1e-9 * 2 * 100 * 100 + 1e-6)  # its call; the bias's 100 elements at the curve's floor
+    assert step.optimizer_s == pytest.approx(3e-6 + 3 * 4e-6 + 2 * 12 * 100 * 100 / 1e10 + 1e-6)  # its call; the bias's 100 elements at the curve's floor
+    touched = 2 * (2 * 100 * 100 + 100) * 4
+    cached = predict_training_step(model, torch.randn(1000, 100), device=_spec(memory_efficiency=1.0, cache_bytes=2 * touched), optimizer="sgd")
+    assert cached.optimizer_s == pytest.approx(3e-6 + 3 * 4e-6 + 1e-9 * 2 * 100 * 100 + 1e-6)
+    outgrown = predict_training_step(model, torch.randn(1000, 100), device=_spec(memory_efficiency=1.0, cache_bytes=2 * touched - 2), optimizer="sgd")
+    assert outgrown.optimizer_s == pytest.approx(step.optimizer_s)
     forward = PredictedTimeAnalysis(model, torch.randn(1000, 100), device=spec, backend="dispatch").total()
     loss = 1e-9 * 1000 * 100 + 6 * 4e-6  # the sum of the output's 1e5 elements, and a few calls (a sum, a stack, ones for its gradient)
     assert forward < step.forward_s <= forward + loss  # the dispatcher's ops as in eval mode, and the loss

@@ -12,7 +12,8 @@ the prediction on that round's spec:
   2026-11-29 the first alone), and per leaf module, among those covering 80% of the measured time,
   the timed pass's error (``profile_model``, in blocks of 3 passes, the models in turn);
 - the zoo's transformers' training step (forward, backward, an AdamW step: the median of
-  ``--steps`` steady steps) against ``predict_training_step``;
+  ``--steps`` steady steps, in a process of its own, as a user trains; before run N, in this
+  one) against ``predict_training_step``;
 - the zoo's decoders' ``generate()`` (32 new tokens from 128, greedy): the prefill's forward and the
   mean decode step's (each forward timed by hooks) against ``predict_generation``, and
   ``generate``'s own work a token outside the model's calls against its ``own_s``;
@@ -225,6 +226,16 @@ def training_step(model: torch.nn.Module, args: tuple, kwargs: dict, steps: int)
     return statistics.median(times), statistics.median(faults)
 
 
+def training_step_alone(name: str, steps: int) -> tuple[float, float]:
+    """:func:`training_step` of the zoo's ``name`` in a process of its own, as a user trains a
+    model: not in this one, whose heap holds the freed memory of nine models and their passes. In
+    run M (2026-12-06) GPT-2's step took 2.0 to 2.6 s by round here, and 1.6 to 1.8 s in a process of its
+    own right after; its faulted pages, and how long each took, were this process's history."""
+    done = subprocess.run([sys.executable, __file__, "--training-step-of", name, "--steps", str(steps)], check=True, cwd=REPO, capture_output=True, text=True)
+    measured = json.loads(done.stdout.splitlines()[-1])
+    return measured["step_s"], measured["page_faults"]
+
+
 def decoder(name: str) -> torch.nn.Module:
     import transformers
 
@@ -310,7 +321,7 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
             if name in models:
                 model, args, kwargs = models[name]
                 predicted = predict_training_step(model, args, kwargs, device=spec)
-                step, step_faults = training_step(model, args, kwargs, options.steps)
+                step, step_faults = training_step_alone(name, options.steps)
                 row["training"][name] = {"measured_s": step, "predicted_s": predicted.total_s, "error": predicted.total_s / step - 1,
                                          "predicted_parts_s": [predicted.forward_s, predicted.backward_s, predicted.optimizer_s], "page_faults": step_faults}
         for name, model in decoders.items():
@@ -398,11 +409,16 @@ def main() -> None:
     parser.add_argument("--no-generation", dest="generation", action="store_false")
     parser.add_argument("--compiled", action="store_true", help="also torch.compile's forwards, against mode='compiled'")
     parser.add_argument("--json", default=str(REPO / "tools" / "time_results.json"))
+    parser.add_argument("--training-step-of", choices=TRANSFORMERS, help=argparse.SUPPRESS)  # one model's steps, for training_step_alone
     options = parser.parse_args()
     if options.outside:
         options.models = list(OUTSIDE)
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
+    if options.training_step_of:
+        step, faults = training_step(*instantiate(options.training_step_of), options.steps)
+        print(json.dumps({"step_s": step, "page_faults": faults}))
+        return
     document = run_rounds(options)
     document["summary"] = reduced(document)
     document["torch"] = torch.__version__

@@ -6,13 +6,15 @@ output's ``loss`` (else from the sum of its floating-point outputs), as the memo
 The optimizer's step is recorded on the copy's parameters with gradients, its state made by a
 first step: a steady step's ops (AdamW's, per tensor on a CPU, ``foreach`` over lists on a GPU, as
 torch's defaults are). Every op is priced as the forward's are (:mod:`jitflops.estimates.roofline`):
-its kernel and its host time, a backward op's host time the autograd engine's (no Python).
+its kernel and its host time, a backward op's host time the autograd engine's (no Python), the
+optimizer's elementwise ops at least their traffic at the memory's bandwidth where its tensors
+outgrow the caches (:meth:`~.devices.DeviceSpec.for_optimizer_step`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 import torch
 from torch import nn
@@ -58,7 +60,17 @@ class _OptimizerStep(nn.Module):
         self.optimizer.step()
 
 
-def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFactory, fake_inputs: bool = False, count_bytecode: bool = False) -> DispatchTrace:
+class OptimizerStepRecording(NamedTuple):
+    """An optimizer's steady step, recorded, and the bytes it reads and writes across."""
+
+    trace: DispatchTrace
+    touched_bytes: int
+    """The parameters', their gradients' and the optimizer's state's bytes: whether the step finds
+    them in the caches (:meth:`~.devices.DeviceSpec.for_optimizer_step`)."""
+
+
+def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFactory, fake_inputs: bool = False,
+                          count_bytecode: bool = False) -> OptimizerStepRecording:
     """A steady step of the optimizer ``factory`` builds (:func:`~.optimizers.optimizer_factory`) on
     ``parameters``, recorded: each is given a zero gradient and the optimizer a first step (its
     state made), and the second step is recorded. DTensor parameters (tensor parallelism's, FSDP2's)
@@ -70,7 +82,15 @@ def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFact
     kinds = [[parameter for parameter in parameters if is_dtensor(parameter) == dtensor] for dtensor in (True, False)]
     stepper = _OptimizerStep(factory([{"params": group} for group in kinds] if all(kinds) else parameters))
     stepper()
-    return record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=fake_inputs, guarded=False, count_bytecode=count_bytecode)
+    trace = record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=fake_inputs, guarded=False, count_bytecode=count_bytecode)
+    state = [value for values in stepper.optimizer.state.values() for value in values.values() if isinstance(value, torch.Tensor)]
+    return OptimizerStepRecording(trace, sum(_bytes(tensor) for tensor in [*parameters, *parameters, *state]))
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    """A tensor's bytes on this rank (a DTensor's local shard's)."""
+    local = tensor.to_local() if is_dtensor(tensor) else tensor
+    return local.numel() * local.element_size()
 
 
 def optimizer_dtensor_ops(optimizer: OptimizerChoice = "adamw", foreach: bool = False) -> tuple[int, int]:
@@ -86,7 +106,7 @@ def optimizer_dtensor_ops(optimizer: OptimizerChoice = "adamw", foreach: bool = 
 
     def dispatches(tensors: int) -> int:
         parameters = [nn.Parameter(DTensor.from_local(torch.zeros(2, 2), mesh, [Replicate()], run_check=False)) for _ in range(tensors)]
-        update = record_optimizer_step(parameters, optimizer_factory(optimizer, foreach=foreach))
+        update = record_optimizer_step(parameters, optimizer_factory(optimizer, foreach=foreach)).trace
         return sum(record.dtensor_ops for _, record in update.records)
     one, two = dispatches(1), dispatches(2)
     return 2 * one - two, two - one
@@ -113,5 +133,5 @@ def predict_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mappin
     by_phase = {FORWARD: 0.0, BACKWARD: 0.0}
     for op, seconds in predicted_statistics(step, spec, mode, aliases).counts[""].items():
         by_phase[BACKWARD if op.partition(".")[0] in _PHASES else FORWARD] += seconds
-    optimizer_s = sum(predicted_statistics(update, spec, mode, {}).counts[""].values())
+    optimizer_s = sum(predicted_statistics(update.trace, spec.for_optimizer_step(update.touched_bytes), mode, {}).counts[""].values())
     return StepTime(by_phase[FORWARD], by_phase[BACKWARD], optimizer_s, spec.name, mode)

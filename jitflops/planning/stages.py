@@ -38,7 +38,7 @@ from ..estimates.memory_estimate import MemoryEstimate
 from ..estimates.memory_footprint import memory_footprint
 from ..estimates.optimizers import optimizer_factory
 from ..estimates.roofline import WHOLE_CALLS, predicted_statistics
-from ..estimates.training_step_time import record_optimizer_step
+from ..estimates.training_step_time import OptimizerStepRecording, record_optimizer_step
 from ..frontends.dispatch_trace import DispatchTrace, loss_backward, record_with_dispatch
 from ..frontends.meta_values import empty_copy
 from ..handles import COMMUNICATION_FORMULAS, collective_of
@@ -157,7 +157,7 @@ class ModelRecordings:
         self.block_order = tuple(kinds.setdefault(_signature(block), len(kinds)) for block in blocks)
         self._firsts = [self.block_order.index(kind) for kind in range(len(kinds))]
         self._recordings: dict[tuple[int, int, int, bool], tuple[DispatchTrace, nn.Module, list[str]]] = {}
-        self._optimizer_steps: dict[tuple[int, bool], dict[str, DispatchTrace]] = {}
+        self._optimizer_steps: dict[tuple[int, bool], dict[str, OptimizerStepRecording]] = {}
         self._memory: dict[tuple[int, int, int], MemoryEstimate] = {}
         self._step_memory: dict[tuple[int, int, int, bool, bool], CopiedStep] = {}
         self._costs: dict[tuple[Any, ...], tuple[DeviceSpec, ModelCosts]] = {}
@@ -208,7 +208,7 @@ class ModelRecordings:
             self._recordings[key] = (recording, twin, names)
         return self._recordings[key]
 
-    def _optimizer_steps_of(self, twin: nn.Module, names: list[str], gpu: bool) -> dict[str, DispatchTrace]:
+    def _optimizer_steps_of(self, twin: nn.Module, names: list[str], gpu: bool) -> dict[str, OptimizerStepRecording]:
         """The optimizer's steady step on the parameters of each block, of each module holding the
         embeddings, and of the rest (the head's, ""), of the cut copy, recorded (``foreach`` on a GPU,
         per tensor on a CPU, as torch's defaults are)."""
@@ -263,8 +263,10 @@ class ModelRecordings:
         gpu = not is_cpu_spec(spec)
         recording, twin, names = self.recording(tp, micro_batch, sequence, gpu=gpu)
         statistics = predicted_statistics(recording, spec, mode, module_aliases(twin), ignored=COMMUNICATION_FORMULAS.kinds())  # priced by their links
-        optimizer = {name: [sum(predicted_statistics(step, each, mode, {}).counts[""].values()) for each in (spec, spec.kernels_only())]
-                     for name, step in self._optimizer_steps[(tp, gpu)].items()}
+        steps = self._optimizer_steps[(tp, gpu)]
+        touched = sum(step.touched_bytes for step in steps.values())  # the blocks' steps run one after another
+        optimizer = {name: [sum(predicted_statistics(step.trace, each.for_optimizer_step(touched), mode, {}).counts[""].values()) for each in (spec, spec.kernels_only())]
+                     for name, step in steps.items()}
         memory = self.memory(tp, micro_batch, sequence)
         collectives = [(scope, record.phase, collective_of(record)) for scope, record in recording.records if record.kind in COMMUNICATION_FORMULAS.kinds()]
 

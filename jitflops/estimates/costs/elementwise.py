@@ -1,7 +1,9 @@
 """Elementwise kernels by kind, on the spec's curves by the elements they write: transcendental
 functions by group (the vector unit's: ``exp``-like, ``tanh``-like, ``erf``, ``log``, ``sqrt``), a copy (a
 cast, a concatenation, a clone, a padding, a fill), random numbers drawn (dropout's mask), a
-membership test (``isin``: a loop an element), an op in place (no output to allocate), and every other pointwise op (arithmetic, comparisons, selections, ReLU-like activations). What moves nothing
+membership test (``isin``: a loop an element), an op in place (no output to allocate), and every other pointwise op (arithmetic, comparisons, selections, ReLU-like activations). The curves
+are timed on operands in the caches; where a spec reads them from memory (an optimizer's step),
+an op takes at least its traffic at the memory's bandwidth. What moves nothing
 (a cast to the dtype a tensor has, dropout in eval) takes no kernel: the traffic formulas give it
 no bytes."""
 
@@ -81,4 +83,9 @@ def elementwise_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: f
     if not traffic:
         return 0.0
     curve = curve_of(spec, elementwise_family(op))
-    return curve_seconds(curve, output_elements(op)) + fresh_pages_seconds(op, spec) if curve is not None else None
+    if curve is None:
+        return None
+    seconds = curve_seconds(curve, output_elements(op))
+    if spec.operands_from_memory:
+        seconds = max(seconds, traffic / (spec.memory_efficiency * spec.memory_bandwidth))
+    return seconds + fresh_pages_seconds(op, spec)
