@@ -12,8 +12,9 @@ the prediction on that round's spec:
   2026-11-29 the first alone), and per leaf module, among those covering 80% of the measured time,
   the timed pass's error (``profile_model``, in blocks of 3 passes, the models in turn);
 - the zoo's transformers' training step (forward, backward, an AdamW step: the median of
-  ``--steps`` steady steps, in a process of its own, as a user trains; before run N, in this
-  one) against ``predict_training_step``;
+  ``--steps`` steady steps) against ``predict_training_step``, after the forwards' rounds, in as
+  many rounds each calibrated afresh, each step in a process of its own while this one holds none
+  of the zoo (:func:`training_rounds`; before 2026-12-06, in this process among the forwards);
 - the zoo's decoders' ``generate()`` (32 new tokens from 128, greedy): the prefill's forward and the
   mean decode step's (each forward timed by hooks) against ``predict_generation``, and
   ``generate``'s own work a token outside the model's calls against its ``own_s``;
@@ -48,6 +49,8 @@ calibration. Prints the tables ``docs/benchmarks.md`` keeps and writes the figur
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import logging
 import statistics
@@ -317,13 +320,6 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
         if options.modules:
             for name, errors in module_errors(models, spec).items():
                 row["forward"][name]["modules"] = errors
-        for name in TRANSFORMERS if options.training else ():
-            if name in models:
-                model, args, kwargs = models[name]
-                predicted = predict_training_step(model, args, kwargs, device=spec)
-                step, step_faults = training_step_alone(name, options.steps)
-                row["training"][name] = {"measured_s": step, "predicted_s": predicted.total_s, "error": predicted.total_s / step - 1,
-                                         "predicted_parts_s": [predicted.forward_s, predicted.backward_s, predicted.optimizer_s], "page_faults": step_faults}
         for name, model in decoders.items():
             predicted = predict_generation(model, prompt, NEW_TOKENS, device=spec)
             prefill, decode, own = generation(model, prompt)
@@ -334,6 +330,30 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
         rounds.append(row)
         print(f"round {index + 1}: calibrated in {calibration_s:.1f} s; " + ", ".join(f"{name} {value['error']:+.0%}" for name, value in row["forward"].items()), flush=True)
     return {"rounds": rounds, "models": options.models}
+
+
+def training_rounds(options: argparse.Namespace, rounds: list[dict[str, Any]]) -> None:
+    """The training steps, a round of them to each round of ``rounds``, each calibrated afresh, once
+    this process holds none of the zoo (its memory handed back to the OS): each step is timed in a
+    process of its own (:func:`training_step_alone`), predicted here. On this VM another process
+    holding 3 GiB made GPT-2's step take 2.43 s, against 1.41 s before and after it was freed, at
+    the same 190 K pages faulted a step: the host backs the guest's pages, and a fault costs
+    what the host's memory lets it (2026-12-06)."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    for row in rounds:
+        started = time.perf_counter()
+        spec = calibrated()
+        row["training_calibration_s"] = time.perf_counter() - started
+        for name in [name for name in TRANSFORMERS if name in options.models]:
+            model, args, kwargs = instantiate(name)
+            predicted = predict_training_step(model, args, kwargs, device=spec)
+            del model, args, kwargs
+            gc.collect()
+            step, step_faults = training_step_alone(name, options.steps)
+            row["training"][name] = {"measured_s": step, "predicted_s": predicted.total_s, "error": predicted.total_s / step - 1,
+                                     "predicted_parts_s": [predicted.forward_s, predicted.backward_s, predicted.optimizer_s], "page_faults": step_faults}
+        print("training: " + ", ".join(f"{name} {value['error']:+.0%}" for name, value in row["training"].items()), flush=True)
 
 
 def reduced(document: dict[str, Any]) -> dict[str, Any]:
@@ -420,6 +440,8 @@ def main() -> None:
         print(json.dumps({"step_s": step, "page_faults": faults}))
         return
     document = run_rounds(options)
+    if options.training:
+        training_rounds(options, document["rounds"])
     document["summary"] = reduced(document)
     document["torch"] = torch.__version__
     print(tables(document["summary"], options.rounds))
