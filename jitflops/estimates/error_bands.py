@@ -59,10 +59,13 @@ the forward -19% to +7%, the training step -19% to +4%, prefill -12% to -3%, the
 to -9%, ``generate``'s own work -56% to -18%, and 22 models outside the zoo -15% to +10%; and one
 run of 5 rounds after, noise floor 2%: the forward -10% to +10%, the training step -45% to +6%
 (GPT-2's step 2.0-2.6 s in the zoo's process, 1.6-1.8 in one of its own), prefill -5% to -2%,
-the decode step -28% to -12%, ``generate``'s own work -45% to -20%)."""
+the decode step -28% to -12%, ``generate``'s own work -45% to -20%; and one run of 5 rounds with
+AdamW's ops priced from memory's bandwidth where its tensors outgrow the cache and each training
+step timed in a process of its own, noise floor 1%: the forward -13% to +4%, the training step -22%
+to -7%, prefill -9% to -4%, the decode step -32% to -12%, ``generate``'s own work -45% to -25%)."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28), "
-                 "the forward of 22 models outside them (2026-11-29, 2026-12-06), and 9 models again in sixteen runs (2026-12-06): docs/benchmarks.md",
+                 "the forward of 22 models outside them (2026-11-29, 2026-12-06), and 9 models again in seventeen runs (2026-12-06): docs/benchmarks.md",
           "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-28: docs/plan.md"}
 
 
