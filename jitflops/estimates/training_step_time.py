@@ -84,7 +84,8 @@ def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFact
     stepper()
     trace = record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=fake_inputs, guarded=False, count_bytecode=count_bytecode)
     state = [value for values in stepper.optimizer.state.values() for value in values.values() if isinstance(value, torch.Tensor)]
-    return OptimizerStepRecording(trace, sum(_bytes(tensor) for tensor in [*parameters, *parameters, *state]))
+    gradients = [parameter.grad for parameter in parameters if parameter.grad is not None]
+    return OptimizerStepRecording(trace, sum(_bytes(tensor) for tensor in [*parameters, *gradients, *state]))
 
 
 def _bytes(tensor: torch.Tensor) -> int:

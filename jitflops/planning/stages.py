@@ -264,7 +264,8 @@ class ModelRecordings:
         recording, twin, names = self.recording(tp, micro_batch, sequence, gpu=gpu)
         statistics = predicted_statistics(recording, spec, mode, module_aliases(twin), ignored=COMMUNICATION_FORMULAS.kinds())  # priced by their links
         steps = self._optimizer_steps[(tp, gpu)]
-        touched = sum(step.touched_bytes for step in steps.values())  # the blocks' steps run one after another
+        repeats = {name: self.block_order.count(kind) for kind, name in enumerate(names)}  # each kind's block as often as the model has it:
+        touched = sum(step.touched_bytes * repeats.get(name, 1) for name, step in steps.items())  # the whole model's state on a rank of tp
         optimizer = {name: [sum(predicted_statistics(step.trace, each.for_optimizer_step(touched), mode, {}).counts[""].values()) for each in (spec, spec.kernels_only())]
                      for name, step in steps.items()}
         memory = self.memory(tp, micro_batch, sequence)
