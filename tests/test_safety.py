@@ -371,16 +371,22 @@ def test_the_collection_after_a_recording_frees_its_cycles_and_leaves_the_proces
 
 def _jitflops_functions_in_cycles(run: Callable[[], Any]) -> list[str]:
     """The jitflops functions Python's cyclic collector had to free after ``run()`` (a recursive
-    closure, a function whose cell holds itself, is one such cycle, and it keeps all its cells alive)."""
+    closure, a function whose cell holds itself, is one such cycle, and it keeps all its cells alive).
+    A function is jitflops' where its file is in the package, not wherever a path names it: a clone
+    named ``jitflops`` with its virtual environment inside named torch's ``BackwardHook`` closures."""
     import gc
+    import os
     import types
 
+    import jitflops
+
+    package = os.path.dirname(jitflops.__file__) + os.sep
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         run()
         gc.collect()
-        return sorted({item.__qualname__ for item in gc.garbage if isinstance(item, types.FunctionType) and "jitflops" in item.__code__.co_filename})
+        return sorted({item.__qualname__ for item in gc.garbage if isinstance(item, types.FunctionType) and item.__code__.co_filename.startswith(package)})
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
