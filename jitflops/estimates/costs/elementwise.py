@@ -18,7 +18,7 @@ from ..devices import DeviceSpec
 from ..measured_curves import curve_seconds
 from .fresh_pages import fresh_pages_seconds
 from .operands import output_elements
-from .registry import KERNEL_COSTS, curve_of
+from .registry import KERNEL_COSTS, curve_of, memory_seconds
 
 TRANSCENDENTAL: dict[str, str] = {
     **dict.fromkeys(with_inplace(
@@ -87,5 +87,5 @@ def elementwise_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: f
         return None
     seconds = curve_seconds(curve, output_elements(op))
     if spec.operands_from_memory:
-        seconds = max(seconds, traffic / (spec.memory_efficiency * spec.memory_bandwidth))
+        seconds = max(seconds, memory_seconds(traffic, spec))
     return seconds + fresh_pages_seconds(op, spec)

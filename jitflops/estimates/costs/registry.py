@@ -46,13 +46,18 @@ class CostTable(Generic[Cost]):
 KERNEL_COSTS: CostTable[KernelCost] = CostTable()
 
 
+def memory_seconds(traffic: float, spec: DeviceSpec) -> float:
+    """The seconds ``traffic`` bytes take at the bandwidth the spec's kernels reach."""
+    return traffic / (spec.memory_efficiency * spec.memory_bandwidth)
+
+
 def roofline_seconds(flops: float, traffic: float, peak: float, spec: DeviceSpec, dtype: str = "float32") -> float:
     """A kernel's time without a curve: the slower of its compute (its share of the peak by its size;
     ``dtype``: the key of the peak and of the compute curve) and its memory traffic, plus the spec's
     fixed cost per kernel."""
     if not flops and not traffic:
         return 0.0
-    return max(flops / (spec.compute_share(flops, dtype) * peak), traffic / (spec.memory_efficiency * spec.memory_bandwidth)) + spec.launch_s
+    return max(flops / (spec.compute_share(flops, dtype) * peak), memory_seconds(traffic, spec)) + spec.launch_s
 
 
 def curve_of(spec: DeviceSpec, family: str, dtype: Optional[str] = None) -> Optional[tuple[tuple[float, float], ...]]:
