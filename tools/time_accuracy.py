@@ -40,7 +40,7 @@ the noise floor is the same forward timed in two rounds (the median over models 
 difference). No constant of the prediction is fitted to any model: every figure comes from the
 calibration. Prints the tables ``docs/benchmarks.md`` keeps and writes the figures as JSON.
 
-    python tools/time_accuracy.py                          # 3 rounds, everything (about 6 minutes on 2 cores)
+    python tools/time_accuracy.py                          # 3 rounds, everything (about 14 minutes on 2 cores)
     python tools/time_accuracy.py --rounds 1 --models bert-base --no-training --no-generation
     python tools/time_accuracy.py --compiled                # and torch.compile's forwards (about 3 minutes more)
     python tools/time_accuracy.py --outside --no-modules --json tools/time_outside_results.json  # 22 models outside the zoo (about 5 minutes)
