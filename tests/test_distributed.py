@@ -54,8 +54,9 @@ def _rank_main(rank: int, world: int, store: str, folder: str) -> None:
         dist.destroy_process_group()
 
 
-def test_two_ranks_gather_and_rank0_writes(tmp_path):
-    mp.spawn(_rank_main, args=(2, process_group_file(str(tmp_path)), str(tmp_path)), nprocs=2, join=True)
+def test_two_ranks_gather_and_rank0_writes(tmp_path, tmp_path_factory):
+    store = process_group_file(str(tmp_path_factory.mktemp("store")))  # apart from the ranks' files: gloo may leave it behind a moment
+    mp.spawn(_rank_main, args=(2, store, str(tmp_path)), nprocs=2, join=True)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     per_image = ranks[0]["local_macs"]
     assert ranks[1]["local_macs"] == 2 * per_image
