@@ -231,9 +231,10 @@ def training_step(model: torch.nn.Module, args: tuple, kwargs: dict, steps: int)
 
 def training_step_alone(name: str, steps: int) -> tuple[float, float]:
     """:func:`training_step` of the zoo's ``name`` in a process of its own, as a user trains a
-    model: not in this one, whose heap holds the freed memory of nine models and their passes. In
-    run M (2026-12-06) GPT-2's step took 2.0 to 2.6 s by round here, and 1.6 to 1.8 s in a process of its
-    own right after; its faulted pages, and how long each took, were this process's history."""
+    model: its heap its own, not one holding the freed memory of nine models and their passes. In
+    run M (2026-12-06) GPT-2's step took 2.0 to 2.6 s by round in this process among the forwards,
+    and 1.6 to 1.8 s in a process of its own right after (what else holds memory meanwhile:
+    :func:`training_rounds`)."""
     done = subprocess.run([sys.executable, __file__, "--training-step-of", name, "--steps", str(steps)], check=True, cwd=REPO, capture_output=True, text=True)
     measured = json.loads(done.stdout.splitlines()[-1])
     return measured["step_s"], measured["page_faults"]
