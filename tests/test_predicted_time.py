@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitflops.cli import main
 from jitflops.core.records import EagerOpRecord, TensorMeta
+from jitflops.handles.traffic import TrafficFormulas
 from jitflops.estimates.costs import kernel_seconds
 from jitflops.estimates.costs.fresh_pages import FRESH_PAGES_FROM_BYTES
 from jitflops.estimates.costs.attention import DECODE_QUERIES
@@ -31,7 +33,7 @@ from jitflops.estimates.devices import HOST_KINDS, LIBRARY_CALLS, DeviceSpec, De
 from jitflops.estimates.execution import Timeline, host_kind, modules_entered
 from jitflops.estimates.generation_time import predict_generation
 from jitflops.estimates.measured_curves import ProductGrid, curve_seconds
-from jitflops.estimates.roofline import PredictedTimeAnalysis
+from jitflops.estimates.roofline import BYTES_FORMULAS, FLOP_FORMULAS, METADATA_OPS, OpTimes, PredictedTimeAnalysis
 from jitflops.estimates.training_step_time import predict_training_step
 from jitflops.timing.calibration.budget import Budget, CallTimer
 from jitflops.timing.calibration.convolutions import grouped_grid
@@ -158,25 +160,35 @@ def test_each_family_reads_its_own_curve_by_its_own_work():
     assert kernel_seconds(mask, _spec(kernel_curves={**spec.kernel_curves, "random": ((1000.0, 13e-6), (1e9, 13.0))}), 0, 4.0) == pytest.approx(13e-9 * (1 << 20))
 
 
+def _kernel(op: EagerOpRecord, spec: DeviceSpec, pages: Optional[dict[int, int]] = None) -> float:
+    """An op's kernel as a prediction prices it: its family's time and its pages."""
+    traffic = TrafficFormulas(BYTES_FORMULAS.handles(), METADATA_OPS)
+    return OpTimes(spec, "eager", FLOP_FORMULAS.handles(), traffic, frozenset(), pages=pages).kernel(op)
+
+
 def test_an_output_glibc_maps_afresh_adds_its_pages_at_the_calibrated_price():
     """An output of at least 32 MiB is served from fresh pages: its op adds a page's price for each
     4 KiB of it to its curve's time (an elementwise op, a norm, an embedding's gradient); a smaller
-    output, an op in place and a spec without the price (a GPU's, a datasheet's) add none."""
+    output, an op in place and a spec without the price (a GPU's, a datasheet's) add none. Where
+    the heap's model counted the op's pages (a training step's), its count is priced instead."""
     spec = _spec(host_s={**_spec().host_s, "page": 1e-6})
     large, small = _meta(2**23), _meta(2**23 - 1024)  # 32 MiB and just under it, in float32
     add = EagerOpRecord("aten::add", [large, large, 1], [large], ["self", "other", "alpha"])
-    assert kernel_seconds(add, spec, 0, 8.0) == pytest.approx(1e-9 * 2**23 + 1e-6 * 2**13)
-    assert kernel_seconds(add, _spec(), 0, 8.0) == pytest.approx(1e-9 * 2**23)
+    assert _kernel(add, spec) == pytest.approx(1e-9 * 2**23 + 1e-6 * 2**13)
+    assert _kernel(add, _spec()) == pytest.approx(1e-9 * 2**23)
     below = EagerOpRecord("aten::add", [small, small, 1], [small], ["self", "other", "alpha"])
-    assert kernel_seconds(below, spec, 0, 8.0) == pytest.approx(1e-9 * (2**23 - 1024))
+    assert _kernel(below, spec) == pytest.approx(1e-9 * (2**23 - 1024))
+    assert _kernel(below, spec, pages={id(below): 300}) == pytest.approx(1e-9 * (2**23 - 1024) + 1e-6 * 300)
+    assert _kernel(add, spec, pages={id(below): 300}) == pytest.approx(1e-9 * 2**23)  # none counted for it
     in_place = EagerOpRecord("aten::add_", [large, large], [large], ["self", "other"])
-    assert kernel_seconds(in_place, spec, 0, 8.0) == pytest.approx(1e-9 * 2**23)
-    norm = EagerOpRecord("aten::native_layer_norm", [large, [1024]], [large, _meta(2**13, 1), _meta(2**13, 1)], ["input", "normalized_shape"])
-    assert kernel_seconds(norm, spec, 0, 8.0) == pytest.approx(1e-9 * 2**23 + 1e-6 * 2**13)
+    assert _kernel(in_place, spec) == pytest.approx(1e-9 * 2**23)
+    norm = EagerOpRecord("aten::native_layer_norm", [large, [1024], None, None, 1e-5], [large, _meta(2**13, 1), _meta(2**13, 1)],
+                         ["input", "normalized_shape", "weight", "bias", "eps"])
+    assert _kernel(norm, spec) == pytest.approx(1e-9 * 2**23 + 1e-6 * 2**13)
     ids, table = _meta(8, dtype=torch.int64), _meta(2**15, 512)
     gradient = EagerOpRecord("aten::embedding_dense_backward", [_meta(8, 512), ids, 2**15, -1, False], [table],
                              ["grad_output", "indices", "num_weights", "padding_idx", "scale_grad_by_freq"])
-    assert kernel_seconds(gradient, spec, 0, 8.0) == pytest.approx(1e-9 * 2**24 + 1e-6 * 2**14)
+    assert _kernel(gradient, spec) == pytest.approx(1e-9 * 2**24 + 1e-6 * 2**14)
 
 
 _FAULTED_BY_AN_ADD = """

@@ -353,7 +353,8 @@ def training_rounds(options: argparse.Namespace, rounds: list[dict[str, Any]]) -
             gc.collect()
             step, step_faults = training_step_alone(name, options.steps)
             row["training"][name] = {"measured_s": step, "predicted_s": predicted.total_s, "error": predicted.total_s / step - 1,
-                                     "predicted_parts_s": [predicted.forward_s, predicted.backward_s, predicted.optimizer_s], "page_faults": step_faults}
+                                     "predicted_parts_s": [predicted.forward_s, predicted.backward_s, predicted.optimizer_s], "page_faults": step_faults,
+                                     "predicted_pages": predicted.pages}
         print("training: " + ", ".join(f"{name} {value['error']:+.0%}" for name, value in row["training"].items()), flush=True)
 
 
@@ -378,6 +379,8 @@ def reduced(document: dict[str, Any]) -> dict[str, Any]:
                                   "error": summary([row[part][name]["error"] for row in rounds])}
             if "page_faults" in rounds[0][part][name]:
                 result[part][name]["page_faults"] = summary([row[part][name]["page_faults"] for row in rounds])
+            if rounds[0][part][name].get("predicted_pages") is not None:
+                result[part][name]["predicted_pages"] = rounds[0][part][name]["predicted_pages"]  # the recording's, the same each round
     for name in rounds[0]["generation"]:
         result["generation"][name] = {key: summary([row["generation"][name][key] for row in rounds]) for key in ("prefill_error", "decode_error", "generate_own_s", "generate_own_error")}
     if len(rounds) > 1:
@@ -404,8 +407,9 @@ def tables(result: dict[str, Any], rounds: int) -> str:
         modules = f"{entry['module_median_abs_error']:.0%}" if entry.get("module_median_abs_error") is not None else "-"
         lines.append(f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} | {spread(entry['error_in_turn'])} | {modules} | {worst} | {pages(entry)} | {entry['set']} |")
     if result["training"]:
-        lines += ["", "| model | training step (AdamW) | error | fresh pages a step |", "|---|---|---|---|"]
-        lines += [f"| {name} | {entry['measured_s'] * 1e3:.0f} ms | {spread(entry['error'])} | {pages(entry)} |" for name, entry in result["training"].items()]
+        lines += ["", "| model | training step (AdamW) | error | fresh pages a step | pages the heap's model prices |", "|---|---|---|---|---|"]
+        lines += [f"| {name} | {entry['measured_s'] * 1e3:.0f} ms | {spread(entry['error'])} | {pages(entry)} | {entry.get('predicted_pages', 0):,} |"
+                  for name, entry in result["training"].items()]
     if result["compiled"]:
         lines += ["", "| model | forward under torch.compile | error |", "|---|---|---|"]
         lines += [f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} |" for name, entry in result["compiled"].items()]

@@ -29,6 +29,7 @@ from ..handles import FLOP_FORMULAS, Handle, ShapeFormula
 from ..handles.convolution import CUDNN_TF32_KINDS
 from ..handles.traffic import BYTES_FORMULAS, METADATA_OPS, TrafficFormulas
 from .costs import FUSED_WHEN_COMPILED, compute_dtype, kernel_seconds, roofline_seconds  # noqa: F401  (the roofline's names where they were)
+from .costs.fresh_pages import fresh_pages
 from .devices import DeviceSpec, device_spec, is_cpu_spec
 from .execution import MODES, Timeline, host_kind, modules_entered
 
@@ -49,11 +50,13 @@ class OpTimes(Mapping[str, Handle]):
     """Every op's predicted seconds on ``spec`` in ``mode``: what it adds to the end of the run, ops
     taken in the order they ran (a :class:`~jitflops.estimates.execution.Timeline`). ``called``: the
     modules that ran (a module entered costs the host a call); ``parallel``: those whose own parameters
-    are DTensors (a DTensor op in one costs the host its parallel style's conversions too)."""
+    are DTensors (a DTensor op in one costs the host its parallel style's conversions too);
+    ``pages``: the pages each op faults in, by ``id`` of its record (:func:`~jitflops.estimates.heap_pages.heap_pages`),
+    else its outputs' of 32 MiB and more (:func:`~jitflops.estimates.costs.fresh_pages.fresh_pages`)."""
 
     def __init__(self, spec: DeviceSpec, mode: str, flop_handles: Mapping[str, Handle], traffic: TrafficFormulas, called: frozenset[str],
-                 parallel: frozenset[str] = frozenset()) -> None:
-        self._spec, self._flops, self._traffic, self._called, self._parallel = spec, flop_handles, traffic, called, parallel
+                 parallel: frozenset[str] = frozenset(), pages: Optional[Mapping[int, int]] = None) -> None:
+        self._spec, self._flops, self._traffic, self._called, self._parallel, self._pages = spec, flop_handles, traffic, called, parallel, pages
         self._timeline = Timeline(mode, overlapped=not is_cpu_spec(spec))
         self._module: Optional[str] = None
         self._call_host = 0.0
@@ -61,12 +64,13 @@ class OpTimes(Mapping[str, Handle]):
         self._formula = ShapeFormula(self.seconds)
 
     def kernel(self, op: OpRecord) -> float:
-        """The seconds of ``op``'s kernel alone."""
+        """The seconds of ``op``'s kernel alone, the pages it faults in included (a calibrated CPU's time a page)."""
         flop_handle = self._flops.get(op.kind)
         flops = 2 * sum(run_handle(flop_handle, op).values()) if flop_handle is not None else 0
         byte_handle = self._traffic.get(op.kind)
         traffic = sum(run_handle(byte_handle, op).values()) if byte_handle is not None else 0
-        return kernel_seconds(op, self._spec, float(flops), float(traffic), tf32_allowed(op.kind))
+        pages = self._pages.get(id(op), 0) if self._pages is not None else fresh_pages(op)
+        return kernel_seconds(op, self._spec, float(flops), float(traffic), tf32_allowed(op.kind)) + pages * self._spec.host_s.get("page", 0.0)
 
     def seconds(self, op: OpRecord) -> float:
         backward = op.phase != FORWARD
@@ -158,14 +162,14 @@ class PredictedTimeAnalysis(JitModelAnalysis):
 
 
 def predicted_statistics(recording: OpSource, spec: DeviceSpec, mode: str, aliases: Mapping[Any, str], traffic_handles: Mapping[str, Handle] = {},
-                         ignored: frozenset[str] = frozenset(), ancestor_mode: str = "owner") -> Statistics:
+                         ignored: frozenset[str] = frozenset(), ancestor_mode: str = "owner", pages: Optional[Mapping[int, int]] = None) -> Statistics:
     """The predicted seconds of every op of ``recording`` (a JIT trace, a dispatch recording) on
     ``spec`` in ``mode``, per module and per op, as an analysis' statistics (``traffic_handles``:
-    handles that override the traffic formulas)."""
+    handles that override the traffic formulas; ``pages``: the pages each op faults in, as :class:`OpTimes` takes them)."""
     traffic = TrafficFormulas({**BYTES_FORMULAS.handles(), **traffic_handles}, ignored | METADATA_OPS)  # views move nothing, and cost the host their call
     called = frozenset(name for scope in recording.scopes() for name in scope.split("/") if name)
     parallel = frozenset(name for module, name in aliases.items() if isinstance(module, nn.Module) and any(map(is_dtensor, module.parameters(recurse=False))))
-    times = OpTimes(spec, mode, FLOP_FORMULAS.handles(), traffic, called, parallel)
+    times = OpTimes(spec, mode, FLOP_FORMULAS.handles(), traffic, called, parallel, pages)
     return statistics_of(recording, times, ignored, aliases, ancestor_mode)
 
 

@@ -8,7 +8,8 @@ first step: a steady step's ops (AdamW's, per tensor on a CPU, ``foreach`` over 
 torch's defaults are). Every op is priced as the forward's are (:mod:`jitflops.estimates.roofline`):
 its kernel and its host time, a backward op's host time the autograd engine's (no Python), the
 optimizer's elementwise ops at least their traffic at the memory's bandwidth where its tensors
-outgrow the caches (:meth:`~.devices.DeviceSpec.for_optimizer_step`).
+outgrow the caches (:meth:`~.devices.DeviceSpec.for_optimizer_step`), and on a CPU each op's pages
+as glibc's heap faults them in, step after step (:mod:`jitflops.estimates.heap_pages`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..engine.counting import module_aliases
 from ..frontends.dispatch_trace import BackwardFn, DispatchTrace, loss_backward, record_with_dispatch
 from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
 from .devices import device_spec, is_cpu_spec
+from .heap_pages import heap_pages
 from .optimizers import OptimizerChoice, OptimizerFactory, optimizer_factory
 from .roofline import WHOLE_CALLS, DeviceLike, predicted_statistics
 
@@ -43,6 +45,8 @@ class StepTime:
     optimizer_s: float
     device: str
     mode: str
+    pages: Optional[int] = None
+    """The pages glibc's heap faults in a steady step, priced in the parts above (a CPU's; None elsewhere)."""
 
     @property
     def total_s(self) -> float:
@@ -67,6 +71,9 @@ class OptimizerStepRecording(NamedTuple):
     touched_bytes: int
     """The parameters', their gradients' and the optimizer's state's bytes: whether the step finds
     them in the caches (:meth:`~.devices.DeviceSpec.for_optimizer_step`)."""
+    state_bytes: tuple[int, ...] = ()
+    """Each tensor of the optimizer's state, its bytes: the first step makes them, and they stay
+    (where the heap puts them, :func:`~.heap_pages.heap_pages`)."""
 
 
 def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFactory, fake_inputs: bool = False,
@@ -85,7 +92,7 @@ def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFact
     trace = record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=fake_inputs, guarded=False, count_bytecode=count_bytecode)
     state = [value for values in stepper.optimizer.state.values() for value in values.values() if isinstance(value, torch.Tensor)]
     gradients = [parameter.grad for parameter in parameters if parameter.grad is not None]
-    return OptimizerStepRecording(trace, sum(_bytes(tensor) for tensor in [*parameters, *gradients, *state]))
+    return OptimizerStepRecording(trace, sum(_bytes(tensor) for tensor in [*parameters, *gradients, *state]), tuple(map(_bytes, state)))
 
 
 def _bytes(tensor: torch.Tensor) -> int:
@@ -113,6 +120,33 @@ def optimizer_dtensor_ops(optimizer: OptimizerChoice = "adamw", foreach: bool = 
     return 2 * one - two, two - one
 
 
+class TrainingStepRecording(NamedTuple):
+    """A training step recorded on a fake copy of a model: its forward and backward, its optimizer's steady step."""
+
+    step: DispatchTrace
+    update: OptimizerStepRecording
+    aliases: Mapping[Any, str]
+
+
+def record_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None, *, optimizer: OptimizerChoice = "adamw",
+                         foreach: bool = False, backward: Optional[BackwardFn] = None, whole_as_on_a_gpu: bool = False) -> TrainingStepRecording:
+    """One training step of ``model`` on ``inputs``, recorded on a fake copy (the model is never
+    touched): the forward and the backward (``backward``: how to run it from the output; by default
+    from its ``loss``, else the sum of its floating outputs), and a steady step of ``optimizer``
+    (``foreach``: over lists, as on a GPU)."""
+    call = ModelCall.from_user(inputs, kwargs)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    twin, fake_call, _ = empty_copy(model, call, "cpu", fake_mode)
+    factory = optimizer_factory(optimizer, foreach=foreach)
+    with fake_mode, meta_kernels(DEVICE_META_KERNELS):
+        twin.train()
+        aliases = module_aliases(twin)
+        step = record_with_dispatch(twin, fake_call, aliases, backward or loss_backward, fake_inputs=True, guarded=False, whole=WHOLE_CALLS,
+                                    whole_as_on_a_gpu=whole_as_on_a_gpu, count_bytecode=True)
+        update = record_optimizer_step([parameter for parameter in twin.parameters() if parameter.requires_grad], factory, fake_inputs=True, count_bytecode=True)
+    return TrainingStepRecording(step, update, aliases)
+
+
 def predict_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None, *, device: DeviceLike,
                           optimizer: OptimizerChoice = "adamw", mode: str = "eager", backward: Optional[BackwardFn] = None) -> StepTime:
     """The predicted time of one training step of ``model`` on ``inputs`` on ``device`` (a name of the
@@ -121,18 +155,11 @@ def predict_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mappin
     ``optimizer`` (a name the memory estimate knows, an ``Optimizer`` class or a function of the
     parameters)."""
     spec = device_spec(device)
-    call = ModelCall.from_user(inputs, kwargs)
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
-    twin, fake_call, _ = empty_copy(model, call, "cpu", fake_mode)
-    factory = optimizer_factory(optimizer, foreach=not is_cpu_spec(spec))
-    with fake_mode, meta_kernels(DEVICE_META_KERNELS):
-        twin.train()
-        aliases = module_aliases(twin)
-        step = record_with_dispatch(twin, fake_call, aliases, backward or loss_backward, fake_inputs=True, guarded=False, whole=WHOLE_CALLS,
-                                    whole_as_on_a_gpu=not is_cpu_spec(spec), count_bytecode=True)
-        update = record_optimizer_step([parameter for parameter in twin.parameters() if parameter.requires_grad], factory, fake_inputs=True, count_bytecode=True)
+    on_a_gpu = not is_cpu_spec(spec)
+    step, update, aliases = record_training_step(model, inputs, kwargs, optimizer=optimizer, foreach=on_a_gpu, backward=backward, whole_as_on_a_gpu=on_a_gpu)
+    pages = None if on_a_gpu else heap_pages((step, update.trace), lasting=update.state_bytes)
     by_phase = {FORWARD: 0.0, BACKWARD: 0.0}
-    for op, seconds in predicted_statistics(step, spec, mode, aliases).counts[""].items():
+    for op, seconds in predicted_statistics(step, spec, mode, aliases, pages=pages).counts[""].items():
         by_phase[BACKWARD if op.partition(".")[0] in _PHASES else FORWARD] += seconds
-    optimizer_s = sum(predicted_statistics(update.trace, spec.for_optimizer_step(update.touched_bytes), mode, {}).counts[""].values())
-    return StepTime(by_phase[FORWARD], by_phase[BACKWARD], optimizer_s, spec.name, mode)
+    optimizer_s = sum(predicted_statistics(update.trace, spec.for_optimizer_step(update.touched_bytes), mode, {}, pages=pages).counts[""].values())
+    return StepTime(by_phase[FORWARD], by_phase[BACKWARD], optimizer_s, spec.name, mode, sum(pages.values()) if pages is not None else None)

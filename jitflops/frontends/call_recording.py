@@ -494,4 +494,4 @@ def record_calls(
     if any(not _ran_within(path, recorder.ran_in) for path in recorder.maybe_ran_in):
         logger.debug("traced: a module ran only calls whose nodes the trace may drop")
         return None
-    return CallTrace(tuple(recorder.records), tuple(recorder.ran_in))
+    return CallTrace(tuple(recorder.records), ran_in=tuple(recorder.ran_in))

@@ -46,6 +46,7 @@ from .flex_attention_ops import FLEX_ATTENTION_ARGUMENTS, FLEX_ATTENTION_KIND, f
 from ..handles.attention import SOFTMAX_KINDS
 from ..handles.spectral import FFT_KINDS
 from .masked_scores import MaskedScorePairing
+from .storage_spans import StorageSpan, StorageSpans
 from .meta_values import DEVICE_META_KERNELS, holds_meta, meta_kernels, reads_a_meta_value
 from .traced_path import on_the_traced_path
 from ..core.model_guard import own_cycles_collected, preserved
@@ -362,6 +363,8 @@ class _OpRecorder(TorchDispatchMode):
         """Torch calls Python has made so far (:class:`_FunctionLevelRecorder` counts them)."""
         self._call_with_an_op = -1
         self.masked_scores = MaskedScorePairing(self.records)
+        self.storages = StorageSpans()
+        """The storages the recorded ops make, and when each is freed (:attr:`DispatchTrace.storages`)."""
         self._scope_cache: dict[frozenset[str], str] = {}
         self._last_scope: tuple[frozenset[str], str] = (frozenset(), "")
         self._signatures: dict[Any, Signature] = {}
@@ -376,6 +379,7 @@ class _OpRecorder(TorchDispatchMode):
         self._call_with_an_op = self.python_calls
         self.records.append((path, record))
         self.masked_scores.after(path, record)
+        self.storages.after_op(len(self.records) - 1, (args, kwargs), output)
 
     def after_the_forward(self, bytecode: int) -> None:
         """The model's Python after its last op (its output's making) on that op's record."""
@@ -467,6 +471,8 @@ class DispatchTrace:
     source for the engine."""
 
     records: tuple[tuple[str, EagerOpRecord], ...]
+    storages: tuple[StorageSpan, ...] = ()
+    """The storages the ops made, by the index of their record (:mod:`jitflops.frontends.storage_spans`)."""
 
     def operations(self) -> Iterator[tuple[str, tuple[str, EagerOpRecord]]]:
         return ((record.kind, (path, record)) for path, record in self.records)
@@ -624,4 +630,4 @@ def _recorded(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], bac
     finally:
         for tensor, grad in zip(leaves, saved_grads):
             tensor.grad = grad
-    return DispatchTrace(tuple(recorder.records))
+    return DispatchTrace(tuple(recorder.records), recorder.storages.spans())

@@ -16,7 +16,6 @@ from ...handles.elementwise import POINTWISE_OPS
 from ...handles.registry import with_inplace
 from ..devices import DeviceSpec
 from ..measured_curves import curve_seconds
-from .fresh_pages import fresh_pages_seconds
 from .operands import output_elements
 from .registry import KERNEL_COSTS, curve_of, memory_seconds
 
@@ -88,4 +87,4 @@ def elementwise_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: f
     seconds = curve_seconds(curve, output_elements(op))
     if spec.operands_from_memory:
         seconds = max(seconds, memory_seconds(traffic, spec))
-    return seconds + fresh_pages_seconds(op, spec)
+    return seconds

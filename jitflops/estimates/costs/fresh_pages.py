@@ -14,6 +14,10 @@ read between a heap's output and a fresh one. Whether a heap holds a free block 
 process's history: T5-small's training step (its embeddings' 62 MiB gradient, AdamW's temporaries
 of it) faulted 82 K pages a step in a process of its own, none in one that had run eight other
 models before. The price is a process's of its own.
+
+An op's time adds its pages at the calibrated time a page (:class:`~jitflops.estimates.roofline.OpTimes`):
+a forward's by this rule, a training step's by the heap's model (:mod:`jitflops.estimates.heap_pages`),
+where the heap's own growth and trimming fault in more than the large outputs.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import mmap
 from torch.utils._pytree import tree_leaves
 
 from ...core.records import OpRecord, TensorMeta
-from ..devices import DeviceSpec
 
 FRESH_PAGES_FROM_BYTES = 32 * 2**20
 """glibc's largest dynamic mmap threshold on a 64-bit machine (``DEFAULT_MMAP_THRESHOLD_MAX``)."""
@@ -41,7 +44,3 @@ def fresh_pages(op: OpRecord) -> int:
              if isinstance(leaf, TensorMeta) and leaf.dtype is not None and leaf.shape is not None and all(isinstance(size, int) for size in leaf.shape))
     return sum(math.ceil(size / PAGE_BYTES) for size in sizes if size >= FRESH_PAGES_FROM_BYTES)
 
-
-def fresh_pages_seconds(op: OpRecord, spec: DeviceSpec) -> float:
-    """The host's time faulting in the op's fresh pages, on a spec that timed it (a calibrated CPU)."""
-    return spec.host_s.get("page", 0.0) * fresh_pages(op)

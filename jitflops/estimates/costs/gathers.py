@@ -12,7 +12,6 @@ from ...core.records import OpRecord
 from ...handles.zero_cost import aten_kinds
 from ..devices import DeviceSpec
 from ..measured_curves import curve_seconds
-from .fresh_pages import fresh_pages_seconds
 from .operands import output_elements
 from .registry import KERNEL_COSTS, curve_of
 
@@ -28,4 +27,4 @@ def gather_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float)
 @KERNEL_COSTS.register("aten::embedding_dense_backward")
 def embedding_backward_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
     curve = curve_of(spec, "copy")
-    return curve_seconds(curve, output_elements(op)) + fresh_pages_seconds(op, spec) if curve is not None else None
+    return curve_seconds(curve, output_elements(op)) if curve is not None else None

@@ -12,7 +12,6 @@ from ...handles.elementwise import REDUCTION_OPS, SOFTMAX_OPS
 from ...handles.zero_cost import aten_kinds
 from ..devices import DeviceSpec
 from ..measured_curves import curve_seconds
-from .fresh_pages import fresh_pages_seconds
 from .operands import input_elements
 from .registry import KERNEL_COSTS, curve_of
 
@@ -51,4 +50,4 @@ REDUCTION_KINDS = frozenset(NORMS | set(SOFTMAX_OPS) | set(REDUCTION_OPS) | GLOB
 @KERNEL_COSTS.register(*sorted(REDUCTION_KINDS))
 def reduction_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
     curve = curve_of(spec, _family(op))
-    return curve_seconds(curve, input_elements(op)) + fresh_pages_seconds(op, spec) if curve is not None else None
+    return curve_seconds(curve, input_elements(op)) if curve is not None else None
