@@ -182,6 +182,8 @@ def test_an_output_glibc_maps_afresh_adds_its_pages_at_the_calibrated_price():
     assert _kernel(add, spec, pages={id(below): 300}) == pytest.approx(1e-9 * 2**23)  # none counted for it
     in_place = EagerOpRecord("aten::add_", [large, large], [large], ["self", "other"])
     assert _kernel(in_place, spec) == pytest.approx(1e-9 * 2**23)
+    transposed = EagerOpRecord("aten::t", [_meta(2**12, 2**11)], [_meta(2**11, 2**12)], ["self"])
+    assert _kernel(transposed, spec) == 0.0  # a view maps nothing (GPT-2's tied head's transpose of its 154 MB embedding was once priced 38 ms a decode step)
     norm = EagerOpRecord("aten::native_layer_norm", [large, [1024], None, None, 1e-5], [large, _meta(2**13, 1), _meta(2**13, 1)],
                          ["input", "normalized_shape", "weight", "bias", "eps"])
     assert _kernel(norm, spec) == pytest.approx(1e-9 * 2**23 + 1e-6 * 2**13)

@@ -69,7 +69,7 @@ class OpTimes(Mapping[str, Handle]):
         flops = 2 * sum(run_handle(flop_handle, op).values()) if flop_handle is not None else 0
         byte_handle = self._traffic.get(op.kind)
         traffic = sum(run_handle(byte_handle, op).values()) if byte_handle is not None else 0
-        pages = self._pages.get(id(op), 0) if self._pages is not None else fresh_pages(op)
+        pages = self._pages.get(id(op), 0) if self._pages is not None else fresh_pages(op) if traffic else 0  # a view maps nothing
         return kernel_seconds(op, self._spec, float(flops), float(traffic), tf32_allowed(op.kind)) + pages * self._spec.host_s.get("page", 0.0)
 
     def seconds(self, op: OpRecord) -> float:
