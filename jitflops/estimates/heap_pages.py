@@ -10,17 +10,18 @@ a large block while the top's free space reaches the trim threshold hands that s
 A training step frees most of what it allocates: AdamW's temporaries a parameter at a time, the
 gradients at ``zero_grad``, the forward's activations through the backward. In a loop, the heap
 grows to the step's peak and is trimmed back as the step ends, or in the middle of it, and the
-next step faults the same pages in again. On a 2-core EPYC VM, T5-small's step faulted in 81 to
-129 K pages a step (46 to 82 K in the backward, 32 to 81 K in the optimizer's step), 96 K of them
-priced as outputs of 32 MiB or more; this model gives 127 K. BERT-base's: 146 to 233 K, 92 K so
-priced; this model 247 K (it starts from an empty heap: a process's own holds 150 to 190 MB of
-Python's and the libraries' blocks, 11 to 22 MB of them free, that can take a tensor).
+next step faults the same pages in again.
 
 The model replays the step's storage spans (:mod:`jitflops.frontends.storage_spans`) a few times
-from an empty heap and counts each op's faults in the last replay. A forward alone is priced by
-:func:`~jitflops.estimates.costs.fresh_pages.fresh_pages` instead: its tensors are small, and where
-they land is decided by the process's other blocks (ViT-B/16's forward faulted 0.6 to 3.7 K pages,
-this model would give 13.8 K).
+from an empty heap and counts each op's faults in the last replay. Replayed through glibc itself
+(``posix_memalign``, each block written, ``free``, in the same order), the same steps faulted -7%
+to +6% of its count on a 2-core EPYC VM (an MLP, T5-small, BERT-base; Llama GQA's 2-layer step
+-14%). A real loop faulted 0.74 to 1.03 times it (T5-small 148 K pages a step against 142 K, where
+outputs of 32 MiB and more alone are 96 K; Llama GQA's half): its heap holds the interpreter's and
+the libraries' blocks too (150 to 190 MB, 11 to 22 MB of them free), which can take a tensor. A
+forward alone is priced by :func:`~jitflops.estimates.costs.fresh_pages.fresh_pages` instead: its
+tensors are small, and those other blocks decide where they land (ViT-B/16's forward faulted 0.6
+to 3.7 K pages in a process of its own, this model fed its real allocations 13.8 K).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class MainArena:
             self._blocks[block] = (-1, _pages(size + HEADER_BYTES) * PAGE_BYTES)
             return _pages(size)
         self._blocks[block] = (start, size)
-        first_new = max(start // PAGE_BYTES, _pages(self.touched))  # the page the heap's written part ends in is in
+        first_new = max(start // PAGE_BYTES, _pages(self.touched))  # the page the written part ends in is mapped already
         self.touched = max(self.touched, start + size)
         return max(0, _pages(start + size) - first_new)
 
@@ -157,7 +158,7 @@ def heap_pages(traces: Sequence[DispatchTrace], lasting: Sequence[int] = (), rep
     optimizer's state): where they land in the heap, it cannot be trimmed below them."""
     records = [record for trace in traces for _, record in trace.records]
     events = list(step_events(traces))
-    arena, pages = MainArena(), [0] * (len(records) + 1)
+    arena, pages = MainArena(), [0] * len(records)
     last_starts = len(records) - len(traces[-1].records)
     for replay in range(replays):
         counted = replay == replays - 1
