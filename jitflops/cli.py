@@ -448,10 +448,11 @@ def _with_predicted_steps(args: argparse.Namespace, report: str, model: nn.Modul
     if args.train:
         step = predict_training_step(model, positional, keywords, device=device, optimizer=args.train, mode=args.mode)
         predicted["training_step"] = {"total_s": step.total_s, "forward_s": step.forward_s, "backward_s": step.backward_s, "optimizer_s": step.optimizer_s,
-                                      "error_band": error_band(device, "training step")}
+                                      "pages": step.pages, "error_band": error_band(device, "training step")}
+        pages = f", {step.pages:,} pages faulted in a step (glibc's heap)" if step.pages is not None else ""
         lines.append(f"Predicted training step on {device.name} ({args.mode}; {args.train}): {deepspeed_seconds(step.total_s)} = forward "
-                     f"{deepspeed_seconds(step.forward_s)} + backward {deepspeed_seconds(step.backward_s)} + optimizer {deepspeed_seconds(step.optimizer_s)}; "
-                     f"{error_note(device, 'training step')}")
+                     f"{deepspeed_seconds(step.forward_s)} + backward {deepspeed_seconds(step.backward_s)} + optimizer {deepspeed_seconds(step.optimizer_s)}"
+                     f"{pages}; {error_note(device, 'training step')}")
     if args.generate:
         ids = positional[0] if positional else keywords["input_ids"]
         generation = predict_generation(model, ids, args.generate, device=device, mode=args.mode)

@@ -12,9 +12,12 @@ import pytest
 import torch
 from torch import nn
 
+from jitflops.cli import main
 from jitflops.estimates.devices import DeviceSpec
+from jitflops.examples import BUILTIN_EXAMPLES
 from jitflops.estimates.heap_pages import REPLAYS, MainArena, heap_pages, step_events
 from jitflops.estimates.training_step_time import predict_training_step, record_training_step
+from jitflops.reports.formatting import deepspeed_seconds
 
 MiB = 2**20
 GLIBC = hasattr(os, "confstr") and "glibc" in (os.confstr("CS_GNU_LIBC_VERSION") or "")
@@ -96,3 +99,21 @@ def test_a_training_steps_pages_are_those_glibc_faults_in_for_its_allocations():
     predicted = predict_training_step(model, inputs, device=spec).pages
     assert predicted == sum(heap_pages((step, update.trace), lasting=update.state_bytes).values())
     assert predicted == pytest.approx(counted, rel=0.1)
+
+
+def test_the_cli_prints_a_cpu_training_steps_pages(tmp_path, capsys):
+    """``--train`` on a CPU's spec states the step's pages beside its parts, in JSON and printed; a
+    GPU's step states none."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(DeviceSpec(name="cpu (test)", peak_flops={"float32": 1e11}, memory_bandwidth=1e10, host_s={"page": 1e-6}).to_json())
+    arguments = ["--example", "transformer", "--train", "adamw", "--device", str(spec), "--quiet"]
+    assert main([*arguments, "--format", "json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)["predicted"]["training_step"]
+    model, inputs, kwargs = BUILTIN_EXAMPLES["transformer"].instantiate("cpu")
+    expected = predict_training_step(model, inputs, kwargs, device=str(spec))
+    assert predicted["pages"] == expected.pages > 0 and predicted["total_s"] == pytest.approx(expected.total_s)
+    assert main(arguments) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Predicted training step"))
+    assert f"+ optimizer {deepspeed_seconds(expected.optimizer_s)}, {expected.pages:,} pages faulted in a step (glibc's heap); " in line
+    assert main(["--example", "transformer", "--train", "adamw", "--device", "h100", "--quiet", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted"]["training_step"]["pages"] is None
