@@ -65,8 +65,8 @@ step timed in a process of its own, noise floor 1%: the forward -13% to +4%, the
 to -7%, prefill -9% to -4%, the decode step -32% to -12%, ``generate``'s own work -45% to -25%; and
 one run of 3 rounds with a CPU training step's pages counted by a model of glibc's heap, noise
 floor 12%: the forward -10% to +4%, the training step -0% to +9%, prefill -2% and -2%, the decode
-step -28% to -6%, ``generate``'s own work -50% to -25%; the training step -2% to +7% in a run an
-hour before it, and four models outside the zoo -5% to +6% over 3 rounds of their own)."""
+step -28% to -6%, ``generate``'s own work -50% to -25%; the training step -2% to +7% in the run
+just before it, and four models outside the zoo -5% to +6% over 3 rounds of their own)."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28), "
                  "the forward of 22 models outside them (2026-11-29, 2026-12-06), and 9 models again in eighteen runs (2026-12-06): docs/benchmarks.md",
