@@ -89,7 +89,8 @@ def record_optimizer_step(parameters: list[nn.Parameter], factory: OptimizerFact
     kinds = [[parameter for parameter in parameters if is_dtensor(parameter) == dtensor] for dtensor in (True, False)]
     stepper = _OptimizerStep(factory([{"params": group} for group in kinds] if all(kinds) else parameters))
     stepper()
-    trace = record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=fake_inputs, guarded=False, count_bytecode=count_bytecode)
+    trace = record_with_dispatch(stepper, ModelCall((), {}), module_aliases(stepper), fake_inputs=fake_inputs, guarded=False, count_bytecode=count_bytecode,
+                                 track_storages=True)
     state = [value for values in stepper.optimizer.state.values() for value in values.values() if isinstance(value, torch.Tensor)]
     gradients = [parameter.grad for parameter in parameters if parameter.grad is not None]
     return OptimizerStepRecording(trace, sum(_bytes(tensor) for tensor in [*parameters, *gradients, *state]), tuple(map(_bytes, state)))
@@ -142,7 +143,7 @@ def record_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mapping
         twin.train()
         aliases = module_aliases(twin)
         step = record_with_dispatch(twin, fake_call, aliases, backward or loss_backward, fake_inputs=True, guarded=False, whole=WHOLE_CALLS,
-                                    whole_as_on_a_gpu=whole_as_on_a_gpu, count_bytecode=True)
+                                    whole_as_on_a_gpu=whole_as_on_a_gpu, count_bytecode=True, track_storages=True)
         update = record_optimizer_step([parameter for parameter in twin.parameters() if parameter.requires_grad], factory, fake_inputs=True, count_bytecode=True)
     return TrainingStepRecording(step, update, aliases)
 

@@ -340,7 +340,7 @@ class _OpRecorder(TorchDispatchMode):
     """
 
     def __init__(self, tracker: _ScopeTracker, module_names: Mapping[str, str], before_write: Callable[[torch.Tensor], None], fake_ops_are_work: bool = False,
-                 bytecode: Optional[BytecodeCounter] = None) -> None:
+                 bytecode: Optional[BytecodeCounter] = None, storages: Optional[StorageSpans] = None) -> None:
         super().__init__()
         self.tracker = tracker
         self.bytecode = bytecode
@@ -363,8 +363,8 @@ class _OpRecorder(TorchDispatchMode):
         """Torch calls Python has made so far (:class:`_FunctionLevelRecorder` counts them)."""
         self._call_with_an_op = -1
         self.masked_scores = MaskedScorePairing(self.records)
-        self.storages = StorageSpans()
-        """The storages the recorded ops make, and when each is freed (:attr:`DispatchTrace.storages`)."""
+        self.storages = storages
+        """The storages the recorded ops make, and when each is freed, where asked (:attr:`DispatchTrace.storages`)."""
         self._scope_cache: dict[frozenset[str], str] = {}
         self._last_scope: tuple[frozenset[str], str] = (frozenset(), "")
         self._signatures: dict[Any, Signature] = {}
@@ -379,7 +379,8 @@ class _OpRecorder(TorchDispatchMode):
         self._call_with_an_op = self.python_calls
         self.records.append((path, record))
         self.masked_scores.after(path, record)
-        self.storages.after_op(len(self.records) - 1, (args, kwargs), output)
+        if self.storages is not None:
+            self.storages.after_op(len(self.records) - 1, (args, kwargs), output)
 
     def after_the_forward(self, bytecode: int) -> None:
         """The model's Python after its last op (its output's making) on that op's record."""
@@ -472,7 +473,7 @@ class DispatchTrace:
 
     records: tuple[tuple[str, EagerOpRecord], ...]
     storages: tuple[StorageSpan, ...] = ()
-    """The storages the ops made, by the index of their record (:mod:`jitflops.frontends.storage_spans`)."""
+    """The storages the ops made, by the index of their record, where the recording was asked to keep them (:mod:`jitflops.frontends.storage_spans`)."""
 
     def operations(self) -> Iterator[tuple[str, tuple[str, EagerOpRecord]]]:
         return ((record.kind, (path, record)) for path, record in self.records)
@@ -555,6 +556,7 @@ def record_with_dispatch(
     whole: Sequence[str] = (),
     whole_as_on_a_gpu: bool = False,
     count_bytecode: bool = False,
+    track_storages: bool = False,
 ) -> DispatchTrace:
     """Run ``model`` on ``call`` eagerly under a dispatch mode (and ``backward`` on its output).
     ``fake_inputs``: the call's tensors are fake (sizes in symbols, :mod:`jitflops.engine.symbolic_counts`),
@@ -563,7 +565,8 @@ def record_with_dispatch(
     ``whole``: calls recorded as one op, run there by their fused kernel (:data:`AS_ITS_FUSED_KERNEL`;
     ``whole_as_on_a_gpu``: by a GPU's, :data:`AS_A_GPUS_FUSED_KERNEL`), their backward too.
     ``count_bytecode``: each forward op's record carries the model's Python bytecode run since the op
-    before it (:mod:`jitflops.frontends.bytecode_count`).
+    before it (:mod:`jitflops.frontends.bytecode_count`). ``track_storages``: the trace keeps the
+    storages its ops make and when each is freed (:attr:`DispatchTrace.storages`).
 
     The model comes back unchanged, gradients included: the backward runs on fresh ``.grad``
     fields, and every parameter's and input's ``.grad`` is put back afterwards. ``guarded=False``:
@@ -574,7 +577,7 @@ def record_with_dispatch(
     (:func:`~jitflops.frontends.traced_path.on_the_traced_path`), which reads none: the JIT's
     count of a meta model takes that path too.
     """
-    arguments = (model, call, aliases, backward, fake_inputs, guarded, whole, whole_as_on_a_gpu, count_bytecode)
+    arguments = (model, call, aliases, backward, fake_inputs, guarded, whole, whole_as_on_a_gpu, count_bytecode, track_storages)
     try:
         return _recorded(*arguments)
     except TraceError as error:
@@ -585,7 +588,7 @@ def record_with_dispatch(
 
 
 def _recorded(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], backward: Optional[BackwardFn], fake_inputs: bool, guarded: bool,
-              whole: Sequence[str], whole_as_on_a_gpu: bool, count_bytecode: bool) -> DispatchTrace:
+              whole: Sequence[str], whole_as_on_a_gpu: bool, count_bytecode: bool, track_storages: bool) -> DispatchTrace:
     """One run of :func:`record_with_dispatch`."""
     # ModuleTracker names modules ``RootType.child.grandchild``, by any path that reaches them; the
     # root is the "" every scope starts with.
@@ -612,7 +615,7 @@ def _recorded(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], bac
             meta_kernels(DEVICE_META_KERNELS) if fake_inputs or holds_meta(list(model.parameters()), call) else nullcontext(),
             torch.set_grad_enabled(backward is not None),
             tracker,
-            _OpRecorder(tracker, module_names, snapshot.save_before_write, fake_inputs, bytecode) as recorder,
+            _OpRecorder(tracker, module_names, snapshot.save_before_write, fake_inputs, bytecode, StorageSpans() if track_storages else None) as recorder,
             _FunctionLevelRecorder(recorder, {function: kind for kind in whole for function in _python_entry_points(kind)},
                                    AS_A_GPUS_FUSED_KERNEL if whole_as_on_a_gpu else AS_ITS_FUSED_KERNEL),
         ):
@@ -630,4 +633,4 @@ def _recorded(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], bac
     finally:
         for tensor, grad in zip(leaves, saved_grads):
             tensor.grad = grad
-    return DispatchTrace(tuple(recorder.records), recorder.storages.spans())
+    return DispatchTrace(tuple(recorder.records), recorder.storages.spans() if recorder.storages is not None else ())
