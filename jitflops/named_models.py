@@ -2,9 +2,10 @@
 
 :func:`model_from_name` takes
 
-* a Hugging Face Hub id (``meta-llama/Llama-3.1-8B``; ``org/repo/subfolder`` for a component of a
-  diffusers pipeline): only its ``config.json`` is fetched, through the Hub's own client and cache
-  (a token from ``HF_TOKEN``, offline with ``HF_HUB_OFFLINE=1`` from a cache filled before);
+* a Hugging Face Hub id (``meta-llama/Llama-3.1-8B``; one of the Hub's oldest, without an
+  organisation: ``gpt2``; ``org/repo/subfolder`` for a component of a diffusers pipeline): only its
+  ``config.json`` is fetched, through the Hub's own client and cache (a token from ``HF_TOKEN``,
+  offline with ``HF_HUB_OFFLINE=1`` from a cache filled before);
 * a local model folder, or a ``config.json`` file;
 * a timm name (``timm/resnet50.a1_in1k``), built with ``pretrained=False``.
 
@@ -80,10 +81,13 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _hub_config(name: str) -> str:
-    """The local path of the Hub repository's ``config.json`` (``org/repo`` or ``org/repo/subfolder``)."""
+    """The local path of the Hub repository's ``config.json`` (``org/repo``, ``org/repo/subfolder``, or
+    a repository without an organisation, as the Hub's oldest ids are: ``gpt2``, ``bert-base-uncased``)."""
     parts = name.strip("/").split("/")
-    if len(parts) < 2:
-        raise ModelNameError(f"{name!r} is neither a file, a folder, a timm name (timm/...) nor a Hub id (org/repo)")
+    if len(parts) == 1:
+        where = f"{name!r} is no file or folder here, nor a timm name (timm/...); as a Hub id"
+    else:
+        where = f"{'/'.join(parts[:2])!r}"
     try:
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
@@ -93,9 +97,9 @@ def _hub_config(name: str) -> str:
     try:
         return hf_hub_download(repo, "config.json", subfolder=subfolder)
     except LocalEntryNotFoundError as error:
-        raise ModelNameError(f"{repo!r}'s config.json is not in the Hub cache and the Hub cannot be reached (offline): {error}") from None
+        raise ModelNameError(f"{where}, its config.json is not in the Hub cache and the Hub cannot be reached (offline): {error}") from None
     except (HfHubHTTPError, OSError, ValueError) as error:
-        raise ModelNameError(f"cannot fetch {repo!r}'s config.json from the Hub (a private or gated repository needs HF_TOKEN): {error}") from None
+        raise ModelNameError(f"{where}, its config.json cannot be fetched from the Hub (a private or gated repository needs HF_TOKEN): {error}") from None
 
 
 def _transformers_model(config: dict[str, Any], task: Optional[str]) -> nn.Module:

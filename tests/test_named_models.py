@@ -127,6 +127,27 @@ def test_a_hub_id_resolves_from_the_hub_cache_offline(tmp_path, llama_folder, mo
     assert missing == 2 and "not in the Hub cache" in error and "offline" in error
 
 
+GPT2_CONFIG = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+               "vocab_size": 50257}
+GPT2_PARAMETERS = 124_439_808
+"""GPT-2's published size (its checkpoint's tensors, the head tied to the token embedding)."""
+
+
+def test_a_hub_id_without_an_organisation_resolves_as_the_hub_resolves_it(tmp_path, monkeypatch):
+    """The Hub's oldest ids have no organisation (``gpt2``, ``bert-base-uncased``): they name a
+    repository as ``org/repo`` does (until 2026-12-06 one was refused as naming nothing); a bare
+    name that is no repository says it is no file or folder here either."""
+    import huggingface_hub.constants
+
+    cache = _hub_cache(tmp_path / "hub", "gpt2", {"config.json": GPT2_CONFIG})
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    model = model_from_name("gpt2")
+    assert type(model).__name__ == "GPT2LMHeadModel" and sum(p.numel() for p in model.parameters()) == GPT2_PARAMETERS
+    with pytest.raises(ModelNameError, match=r"'gpt3' is no file or folder here, nor a timm name .*; as a Hub id, its config.json is not in the Hub cache"):
+        model_from_name("gpt3")
+
+
 def test_names_that_name_nothing_say_what_was_looked_for(tmp_path, llama_folder):
     with pytest.raises(ModelNameError, match="did you mean 'CausalLM'"):
         model_from_name(str(llama_folder), task="causallm")
