@@ -297,7 +297,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jitflops", description="Count a PyTorch model's parameters, FLOPs and activations, and time it.")
     parser.add_argument("factory", nargs="?", help="MODULE:CALLABLE that builds the model (e.g. transformers:BertModel), or a model's name: a Hugging Face Hub id, a model folder, a config.json, timm/NAME; or a .pt2 file (torch.export.save), counted from its graph")
     parser.add_argument("--task", help="with a transformers model's name: the head, as AutoModelFor<TASK> (causal-lm, sequence-classification, ...; model: the base model); default: the class its config names (architectures[0]), else the base model")
-    parser.add_argument("--example", choices=sorted(all_examples()), help="analyse a built-in example model on its own inputs")
+    parser.add_argument("--example", choices=sorted(all_examples()), help="analyse a built-in example model on its own inputs, or on those --input-shape, --input-ids or --kwargs give")
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="config class settings (or factory keyword arguments); values are JSON or strings")
     inputs = parser.add_mutually_exclusive_group()
     inputs.add_argument("--input-shape", help="a random float input of this shape, e.g. 1,3,224,224")
@@ -399,7 +399,12 @@ def run(args: argparse.Namespace) -> str:
         if path:
             check_writable(path)  # before the analysis spends any time
     if args.example:
+        if args.config:
+            raise UsageError("--config sets a factory's or a named model's configuration; a built-in example is built as it is")
         model, positional, keywords = all_examples()[args.example].instantiate(args.device)
+        if args.input_shape or args.input_ids or args.kwargs:  # the inputs given replace the example's own
+            with torch.device(device):
+                positional, keywords = build_inputs(args, model)
     elif named:
         model = model_from_name(args.factory, args.task, device, _parse_config(args.config))
         with torch.device(device):

@@ -126,6 +126,7 @@ def test_meta_device_counts_a_large_model():
         (["torch.nn:Linear", "--config", "in_features=4"], "building the model failed"),
         (["--example", "convnet", "--trace", "t.json"], "--trace needs --profile"),
         (["--example", "convnet", "--profile", "--device", "meta"], "meta device has no data"),
+        (["--example", "convnet", "--config", "width=8"], "a built-in example is built as it is"),
     ],
 )
 def test_errors_are_one_line_without_traceback(args, message, capsys):
@@ -140,6 +141,20 @@ def test_errors_are_one_line_without_traceback(args, message, capsys):
     stderr = capsys.readouterr().err
     assert code == 2 and message in stderr
     assert "Traceback" not in stderr and stderr.strip().count("\n") == 0
+
+
+def test_an_example_takes_the_inputs_given():
+    """``--input-ids`` (``--input-shape``, ``--kwargs``) replace an example's own inputs: until
+    2026-12-06 they were ignored, and ``--generate`` (which asks for them) predicted Llama-8B's
+    generation from the example's 2,048 tokens for a prompt of 128."""
+    import torch
+
+    from jitflops.examples import TinyTransformer
+
+    counted = json.loads(jitflops("--example", "transformer", "--input-ids", "1,16", "--format", "json", "--quiet").stdout)["summary"]["macs"]
+    assert counted == FlopCountAnalysis(TinyTransformer(), torch.zeros(1, 16, dtype=torch.long)).total() < _api_counts("transformer").total()
+    generation = jitflops("--example", "llama-gqa", "--device", "h100", "--generate", "4", "--input-ids", "1,16", "--quiet").stdout
+    assert "4 new tokens from 16)" in generation
 
 
 def test_output_paths_are_checked_before_the_analysis_runs(tmp_path):
