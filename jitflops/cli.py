@@ -49,7 +49,7 @@ from .estimates.memory_levers import LeverEstimate, what_would_fit
 from .estimates.training_step_time import predict_training_step
 from .reports.memory_report import lever_table, memory_summary, memory_table
 from .profiling.model_profile import ModelProfile
-from .named_models import looks_like_model_name, model_from_name
+from .named_models import looks_like_model_name, model_from_config, model_from_name
 from .profiling.profile import profile_model
 from .planning.interconnects import interconnect
 from .planning.plan import Planner, key_value_heads, plan_training
@@ -160,6 +160,18 @@ def _check_config_keys(config_class: type, config: dict[str, Any]) -> None:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise UsageError(f"--config: {config_class.__name__} has no setting {key!r}{hint}")
+
+
+def _example_settings(name: str, settings: Sequence[str]) -> dict[str, Any]:
+    """``--config`` settings for the example ``name``: a transformers example's configuration takes
+    them (each a key its config class knows); the others are built as they are."""
+    config = _parse_config(settings)
+    if config:
+        example = all_examples()[name]
+        if example.config is None:
+            raise UsageError(f"--config overrides a transformers example's configuration; the example {name!r} has none")
+        _check_config_keys(type(example.config()), config)
+    return config
 
 
 def build_model(factory: Callable[..., Any], config: dict[str, Any]) -> nn.Module:
@@ -297,7 +309,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jitflops", description="Count a PyTorch model's parameters, FLOPs and activations, and time it.")
     parser.add_argument("factory", nargs="?", help="MODULE:CALLABLE that builds the model (e.g. transformers:BertModel), or a model's name: a Hugging Face Hub id, a model folder, a config.json, timm/NAME; or a .pt2 file (torch.export.save), counted from its graph")
     parser.add_argument("--task", help="with a transformers model's name: the head, as AutoModelFor<TASK> (causal-lm, sequence-classification, ...; model: the base model); default: the class its config names (architectures[0]), else the base model")
-    parser.add_argument("--example", choices=sorted(all_examples()), help="analyse a built-in example model on its own inputs, or on those --input-shape, --input-ids or --kwargs give")
+    parser.add_argument("--example", choices=sorted(all_examples()), help="analyse a built-in example model on its own inputs, or on those --input-shape, --input-ids or --kwargs give (--config overrides a transformers example's configuration)")
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="config class settings (or factory keyword arguments); values are JSON or strings")
     inputs = parser.add_mutually_exclusive_group()
     inputs.add_argument("--input-shape", help="a random float input of this shape, e.g. 1,3,224,224")
@@ -399,9 +411,7 @@ def run(args: argparse.Namespace) -> str:
         if path:
             check_writable(path)  # before the analysis spends any time
     if args.example:
-        if args.config:
-            raise UsageError("--config sets a factory's or a named model's configuration; a built-in example is built as it is")
-        model, positional, keywords = all_examples()[args.example].instantiate(args.device)
+        model, positional, keywords = all_examples()[args.example].instantiate(args.device, settings=_example_settings(args.example, args.config))
         if args.input_shape or args.input_ids or args.kwargs:  # the inputs given replace the example's own
             with torch.device(device):
                 positional, keywords = build_inputs(args, model)
@@ -579,7 +589,7 @@ def make_plan_parser() -> argparse.ArgumentParser:
                                      "or the best layouts found (without --tp, --pp or --dp). The model is built on the meta device: nothing is allocated.")
     parser.add_argument("model", nargs="?", help="a model's name: a Hub id, a model folder or a config.json (built as AutoModelFor<--task>)")
     parser.add_argument("--example", choices=sorted(name for name, example in all_examples().items() if "transformers" in example.tags),
-                        help="a built-in transformers model (a causal language model: llama-1b, llama-8b, ...)")
+                        help="a built-in transformers model, built from its configuration as AutoModelFor<--task> (gpt2, llama-gqa, llama-1b, llama-8b, llama-70b)")
     parser.add_argument("--published", choices=[run.name for run in MEGATRON_H100], help="a row of Megatron-LM's published H100 table: its model, GPUs, batch and layout "
                         "(with --gpus: the best layouts of its model), and the published throughput beside the plan's")
     parser.add_argument("--task", default="causal-lm", help="with a model's name: the head (default causal-lm)")
@@ -622,8 +632,9 @@ def _plan_model(args: argparse.Namespace) -> tuple[nn.Module, str]:
     if args.published:
         run = next(run for run in MEGATRON_H100 if run.name == args.published)
         return run.model(), f"Megatron-LM's {run.name} GPT"
-    if args.example:
-        return all_examples()[args.example].instantiate("meta")[0].to(DTYPES[args.dtype]), args.example
+    if args.example:  # its configuration, as a named model's, with the head --task names
+        configured = all_examples()[args.example].configured(_example_settings(args.example, args.config))
+        return model_from_config(configured.to_dict(), args.task, "meta").to(DTYPES[args.dtype]), args.example
     return model_from_name(args.model, args.task, "meta", _parse_config(args.config)).to(DTYPES[args.dtype]), args.model
 
 

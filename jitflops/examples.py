@@ -9,7 +9,7 @@ made on the ``meta`` device, where they cost no memory.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 import torch.nn.functional as F
@@ -106,14 +106,27 @@ class Example:
     make_inputs: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]
     description: str = ""
     tags: frozenset[str] = field(default_factory=frozenset)
+    config: Optional[Callable[[], Any]] = None
+    """A transformers example's configuration, which settings override (:meth:`instantiate`)."""
+    build_from: Optional[Callable[[Any], nn.Module]] = None
+    """A transformers example's model of a configuration."""
 
-    def instantiate(self, device: str = "cpu", seed: int = 0) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
-        """The model in eval mode and its (args, kwargs), all made on ``device``."""
+    def instantiate(self, device: str = "cpu", seed: int = 0, settings: Optional[Mapping[str, Any]] = None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+        """The model in eval mode and its (args, kwargs), all made on ``device``; ``settings``
+        override a transformers example's configuration (``{"num_hidden_layers": 2}``)."""
         torch.manual_seed(seed)
         with torch.device(device):
-            model = self.build().eval()
+            model = (self.build_from(self.configured(settings)) if settings and self.build_from is not None else self.build()).eval()
             args, kwargs = self.make_inputs()
         return model, args, kwargs
+
+    def configured(self, settings: Optional[Mapping[str, Any]] = None) -> Any:
+        """A transformers example's configuration with ``settings`` overriding its own."""
+        if self.config is None:
+            raise ValueError(f"the example {self.name!r} is not built from a configuration: no settings to override")
+        config = self.config()
+        config.update(dict(settings or {}))
+        return config
 
 
 def _ids(length: int, vocab: int = 1000, batch: int = 1) -> torch.Tensor:
@@ -153,12 +166,12 @@ def llama_config(hidden: int, layers: int, heads: int, kv_heads: int, intermedia
 
 
 def _transformers_example(name: str, model_class: str, config: Callable[[], Any], inputs: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]], description: str, *tags: str) -> Example:
-    def build() -> nn.Module:
+    def build_from(configuration: Any) -> nn.Module:
         import transformers
 
-        return getattr(transformers, model_class)(config())
+        return getattr(transformers, model_class)(configuration)
 
-    return Example(name, build, inputs, description, frozenset(("transformers",) + tags))
+    return Example(name, lambda: build_from(config()), inputs, description, frozenset(("transformers",) + tags), config, build_from)
 
 
 def _config(class_name: str, **settings: Any) -> Callable[[], Any]:

@@ -52,11 +52,17 @@ def model_from_name(
     if name.startswith(TIMM_PREFIXES):
         with torch.device(device):
             return _timm_model(name.split("timm/", 1)[1], overrides or {}).eval()
-    config = {**_config_of(name), **(overrides or {})}
+    return model_from_config({**_config_of(name), **(overrides or {})}, task, device)
+
+
+def model_from_config(config: Mapping[str, Any], task: Optional[str] = None, device: Union[str, torch.device] = "meta") -> nn.Module:
+    """The model a configuration describes (a ``config.json``'s contents: transformers' or a
+    diffusers component's), built on ``device``, in eval mode, as :func:`model_from_name` builds a
+    named one's."""
     with torch.device(device):
         if "_class_name" in config:
-            return _diffusers_model(config).eval()
-        return _transformers_model(config, task).eval()
+            return _diffusers_model(dict(config)).eval()
+        return _transformers_model(dict(config), task).eval()
 
 
 def _config_of(name: str) -> dict[str, Any]:

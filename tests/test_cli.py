@@ -126,7 +126,7 @@ def test_meta_device_counts_a_large_model():
         (["torch.nn:Linear", "--config", "in_features=4"], "building the model failed"),
         (["--example", "convnet", "--trace", "t.json"], "--trace needs --profile"),
         (["--example", "convnet", "--profile", "--device", "meta"], "meta device has no data"),
-        (["--example", "convnet", "--config", "width=8"], "a built-in example is built as it is"),
+        (["--example", "convnet", "--config", "width=8"], "the example 'convnet' has none"),
     ],
 )
 def test_errors_are_one_line_without_traceback(args, message, capsys):
@@ -155,6 +155,21 @@ def test_an_example_takes_the_inputs_given():
     assert counted == FlopCountAnalysis(TinyTransformer(), torch.zeros(1, 16, dtype=torch.long)).total() < _api_counts("transformer").total()
     generation = jitflops("--example", "llama-gqa", "--device", "h100", "--generate", "4", "--input-ids", "1,16", "--quiet").stdout
     assert "4 new tokens from 16)" in generation
+
+
+def test_config_overrides_a_transformers_example():
+    """``--config`` overrides a transformers example's configuration (until 2026-12-06 it was
+    ignored): one layer of llama-gqa, counted against the API on the model built by hand."""
+    import torch
+    import transformers
+
+    from jitflops.examples import llama_config
+
+    document = json.loads(jitflops("--example", "llama-gqa", "--config", "num_hidden_layers=1", "--device", "meta", "--format", "json", "--quiet").stdout)
+    with torch.device("meta"):
+        one_layer = transformers.LlamaModel(llama_config(256, 1, 8, 2, 688, vocab=1000))
+    assert document["summary"]["params"] == sum(p.numel() for p in one_layer.parameters()) == 1000 * 256 + 256 * 256 * 2 + 256 * 64 * 2 + 3 * 256 * 688 + 3 * 256
+    assert document["summary"]["macs"] == FlopCountAnalysis(one_layer, torch.zeros(1, 512, dtype=torch.long, device="meta")).total()
 
 
 def test_output_paths_are_checked_before_the_analysis_runs(tmp_path):

@@ -546,6 +546,29 @@ def test_the_command_line_plans_a_published_row_and_searches(capsys, tmp_path):
     assert "unknown interconnect 'nvlink9'" in capsys.readouterr().err
 
 
+LLAMA_2_70B_PARAMETERS = 68_976_648_192
+"""Llama-2-70B's published size, its head included (the llama-70b example's shape)."""
+
+
+def test_plan_builds_an_example_as_its_causal_language_model_with_the_config_given(capsys):
+    """``plan --example`` builds the example's configuration as ``AutoModelFor<--task>``, a causal
+    language model by default, as a named model's: until 2026-12-06 it built the zoo's model, and
+    llama-70b and gpt2, base models there, failed ("takes no labels"), and ``--config`` was ignored."""
+    from jitflops.cli import main
+
+    assert main(["plan", "--example", "llama-70b", "--gpus", "64", "--sequence", "4096", "--batch", "256", "--tp", "8", "--pp", "2", "--dp", "4",
+                 "--format", "json"]) == 0
+    stages = json.loads(capsys.readouterr().out)["memory_per_stage"]
+    norms = (2 * 80 + 1) * 8192  # the RMSNorms' weights, whole on each of the 8 tensor-parallel ranks
+    assert 8 * sum(stage["weights"] for stage in stages) == 2 * (LLAMA_2_70B_PARAMETERS + 7 * norms)  # bfloat16
+    assert main(["plan", "--example", "llama-8b", "--config", "num_hidden_layers=4", "--gpus", "8", "--sequence", "4096", "--batch", "16",
+                 "--tp", "1", "--pp", "1", "--dp", "8", "--format", "json"]) == 0
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096  # by hand: Llama-3-8B's layer
+    assert json.loads(capsys.readouterr().out)["memory_per_stage"][0]["weights"] == 2 * (2 * 128256 * 4096 + 4 * layer + 4096)
+    assert main(["plan", "--example", "llama-8b", "--config", "num_hiden_layers=4", "--gpus", "8", "--batch", "16"]) == 2
+    assert "LlamaConfig has no setting 'num_hiden_layers'; did you mean 'num_hidden_layers'?" in capsys.readouterr().err
+
+
 def _small_llama() -> nn.Module:
     config = transformers.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, vocab_size=2048)
     with torch.device("meta"):
