@@ -44,6 +44,16 @@ def test_wrong_input_shape_names_the_module_and_leaves_the_model_alone():
     assert_same_state(before, model_state(model))
 
 
+def test_a_model_on_meta_that_raises_names_the_module():
+    """A model built on the meta device is traced there or not at all: a fault of its own (here a
+    shape mismatch) names the module, as on the CPU (until 2026-12-06 the error was the bare
+    cause, put down to the meta device)."""
+    with torch.device("meta"):
+        model = Broken()
+    with pytest.raises(Exception, match=r"module 'inner\.1' \(Linear\): RuntimeError: "):
+        FlopCountAnalysis(model, torch.randn(3, 4, device="meta")).total()
+
+
 def test_forward_that_raises_and_mutates_is_restored():
     class Mutating(nn.Module):
         def __init__(self):

@@ -282,8 +282,8 @@ def _trace_without_computing(
             return _checked_meta_trace(model, call, aliases, strict, scope_boundaries)
         except Exception as error:
             raise JitflopsError(
-                f"the model on the meta device cannot be traced there ({error}); it has no values to compute with, "
-                f"and jitflops never allocates them: {USE_DISPATCH} (on meta)"
+                f"the model on the meta device could not be traced there: {error}; where it needs values it does not have "
+                f"(jitflops never allocates them), {USE_DISPATCH} (on meta)"
             ) from error
     return _trace_with_scopes(model, call, aliases, strict, scope_boundaries)
 
@@ -306,7 +306,8 @@ def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any,
     so that every later trace in the thread passing a list of that name fails inside torch
     (``list_trace[idx] == nullptr``), the trace on real values included."""
     with meta_kernels_for_tracing():
-        with preserved(model), torch.no_grad(), on_the_traced_path():
+        scope_names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
+        with preserved(model), torch.no_grad(), on_the_traced_path(), failures_named(model, scope_names, "running on meta values"):
             model(*call.args, **call.kwargs)
         trace = _trace_with_scopes(model, call, aliases, strict, scope_boundaries)
     lost = lost_values(trace.graph, model)
