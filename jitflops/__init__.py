@@ -10,8 +10,11 @@ from .deepspeed.one_call_profile import get_model_profile
 from .engine.communication import CollectiveTotals, CommunicationAnalysis
 from .engine.integer_count import IntegerOpCountAnalysis
 from .estimates.byte_count import ByteCountAnalysis
+from .estimates.generation_time import GenerationTime, predict_generation
 from .estimates.memory_estimate import KVCache, MemoryEstimate, ModuleMemory
 from .estimates.memory_footprint import largest_fitting, memory_footprint
+from .estimates.roofline import PredictedTimeAnalysis
+from .estimates.training_step_time import StepTime, predict_training_step
 from .flop_count import FlopCountAnalysis, flop_count
 from .flops_profiler import FlopsProfiler, FlopsProfilerConfig, get_module_duration, get_module_flops, get_module_macs
 from .handles import Handle, ShapeFormula, get_shape
@@ -44,6 +47,11 @@ __all__ = [
     "FlopsProfiler",
     "FlopsProfilerConfig",
     "GenerationCount",
+    "GenerationTime",
+    "PredictedTimeAnalysis",
+    "StepTime",
+    "predict_generation",
+    "predict_training_step",
     "IntegerOpCountAnalysis",
     "KVCache",
     "LatencyStats",
