@@ -27,6 +27,8 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..frontends.storage_spans import tensor_storage
+
 SETUP, FORWARD, BACKWARD, OPTIMIZER = "setup", "forward", "backward", "optimizer"
 _RETURN_THEIR_INPUT = {torch.ops._c10d_functional.wait_tensor.default}
 """Ops that return their first input in eager, a new tensor under fake tensors (a functional
@@ -73,15 +75,6 @@ class MemoryRecording:
         return -(-nbytes // self.rounding) * self.rounding if nbytes else 0
 
 
-def _storage(tensor: torch.Tensor) -> Optional[torch.UntypedStorage]:
-    if type(tensor).__name__ == "DTensor":
-        tensor = tensor.to_local()
-    try:
-        return tensor.untyped_storage()
-    except (RuntimeError, NotImplementedError):  # a sparse or nested tensor: no plain storage
-        return None
-
-
 class MemoryRecorder(TorchDispatchMode):
     """Records the storages of a run: enter it around the run, with :meth:`phase` around each part."""
 
@@ -107,7 +100,7 @@ class MemoryRecorder(TorchDispatchMode):
         """The life of ``tensor``'s storage (a new one where it is not tracked yet); None for a non-tensor."""
         if not isinstance(tensor, torch.Tensor):
             return None
-        storage = _storage(tensor)
+        storage = tensor_storage(tensor)
         if storage is None:
             return None
         key = id(storage)
@@ -154,7 +147,7 @@ class MemoryRecorder(TorchDispatchMode):
 
     def _same_storage(self, output: torch.Tensor, tensor: torch.Tensor) -> None:
         """``output``'s storage held as ``tensor``'s: eager returns the very tensor, a fake one a new one."""
-        storage, index = _storage(output), self.track(tensor)
+        storage, index = tensor_storage(output), self.track(tensor)
         if storage is not None and index is not None and id(storage) not in self._live:
             self._hold(storage, index)
 

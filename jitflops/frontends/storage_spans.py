@@ -30,15 +30,20 @@ class StorageSpan:
     freed_before: Optional[int] = None
 
 
-def _storage(value: Any) -> Optional[torch.UntypedStorage]:
-    """A dense tensor's storage (a DTensor's ops are recorded on its local shard; None there and for a
-    sparse or nested tensor, which has no plain one)."""
-    if not isinstance(value, torch.Tensor) or is_dtensor(value):
-        return None
+def tensor_storage(tensor: torch.Tensor) -> Optional[torch.UntypedStorage]:
+    """A tensor's plain storage, a DTensor's local shard's (None for a sparse or nested tensor, which
+    has none)."""
+    if is_dtensor(tensor):
+        tensor = tensor.to_local()
     try:
-        return value.untyped_storage()
+        return tensor.untyped_storage()
     except (RuntimeError, NotImplementedError):
         return None
+
+
+def _storage(value: Any) -> Optional[torch.UntypedStorage]:
+    """A dense tensor's storage; None for a DTensor, whose ops are recorded on its local shard."""
+    return tensor_storage(value) if isinstance(value, torch.Tensor) and not is_dtensor(value) else None
 
 
 class StorageSpans:
