@@ -437,11 +437,7 @@ def run(args: argparse.Namespace) -> str:
         write_text(args.trace, spans_to_chrome_trace(profile.spans))
     if args.html:
         write_text(args.html, profile_to_html(profile, memory=estimate))
-    report = render(args, profile, estimate)
-    summary = profile.summary
-    if prediction is not None and args.format in ("table", "tree") and not args.profile:  # the DeepSpeed printout and the JSON say it themselves
-        report += (f"\n\nPredicted forward on {prediction.name} ({args.mode}; {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): {deepspeed_seconds(summary.predicted_s or 0.0)}; "
-                   f"{deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte; {error_note(prediction, summary.prediction_figure)}")
+    report = _with_predicted_forward(args, render(args, profile, estimate), profile, prediction)
     if prediction is not None and (args.generate or (args.train and not args.fit)):
         report = _with_predicted_steps(args, report, model, positional, keywords, prediction)
     if estimate is not None:
@@ -452,6 +448,17 @@ def run(args: argparse.Namespace) -> str:
         assert prediction is not None
         raise NothingFits(f"even a {args.fit} of 1 does not fit on {prediction.name} (what would fit is printed above)", report)
     return report
+
+
+def _with_predicted_forward(args: argparse.Namespace, report: str, profile: ModelProfile, prediction: Optional[DeviceSpec]) -> str:
+    """The table or tree with the forward's predicted time on ``prediction`` after it, with its
+    measured error (the DeepSpeed printout and the JSON say it themselves)."""
+    if prediction is None or args.format not in ("table", "tree") or args.profile:
+        return report
+    summary = profile.summary
+    return report + (f"\n\nPredicted forward on {prediction.name} ({args.mode}; {summary.bound}-bound; ridge {summary.ridge:.3g} flops/byte): "
+                     f"{deepspeed_seconds(summary.predicted_s or 0.0)}; {deepspeed_bytes(summary.bytes)} read and written, {summary.intensity or 0:.3g} flops/byte; "
+                     f"{error_note(prediction, summary.prediction_figure)}")
 
 
 def _with_predicted_steps(args: argparse.Namespace, report: str, model: nn.Module, positional: tuple[Any, ...], keywords: dict[str, Any],
@@ -501,8 +508,11 @@ def _run_program(args: argparse.Namespace) -> str:
     module = module_of(program)
     positional, keywords = build_inputs(args, module) if (args.input_shape or args.input_ids or args.kwargs) else ((), {})
     prediction = device_spec(args.device) if args.device and (is_device_name(args.device) or args.device.endswith(".json")) else None
-    profile = profile_model(program, positional, keywords, timed=False, elementwise=args.elementwise, progress=_progress(args.quiet), device=prediction)
-    return render(args, profile)
+    if args.mode != "eager" and prediction is None:
+        raise UsageError("--mode predicts on a device: give --device NAME (or a spec file)")
+    profile = profile_model(program, positional, keywords, timed=False, elementwise=args.elementwise, progress=_progress(args.quiet), device=prediction,
+                            mode=args.mode)
+    return _with_predicted_forward(args, render(args, profile), profile, prediction)
 
 
 def _with_size(inputs: Any, axis: int, size: int) -> Any:

@@ -386,6 +386,18 @@ def test_the_cli_counts_a_pt2_file(tmp_path, capsys):
     assert f"{FlopCountAnalysis(model, _ids(4, 64)).total() / 1e6:.3f}M" in table or f"{FlopCountAnalysis(model, _ids(4, 64)).total() / 1e9:.3f}G" in table
     assert main([str(path), "--profile"]) == 2
     assert "counted from its graph, nothing runs" in capsys.readouterr().err
+    # a device to predict on: the forward's predicted time after the table, in the mode asked for
+    # (until 2026-12-06 a .pt2 file's table left it out, and --mode was not passed on)
+    predicted = {}
+    for mode in ("eager", "graph"):
+        assert main([str(path), "--device", "h100", "--mode", mode, "--depth", "1"]) == 0
+        line = capsys.readouterr().out.rpartition("\n\n")[2]
+        assert line.startswith(f"Predicted forward on h100-sxm ({mode}; ") and "error not yet measured on a GPU" in line
+        assert main([str(path), "--device", "h100", "--mode", mode, "--format", "json"]) == 0
+        predicted[mode] = __import__("json").loads(capsys.readouterr().out)["summary"]["predicted_s"]
+    assert 0 < predicted["graph"] < predicted["eager"]  # CUDA graphs: the kernels without the host's time per op
+    assert main([str(path), "--mode", "graph"]) == 2
+    assert "--mode predicts on a device" in capsys.readouterr().err
     assert main([str(tmp_path / "none.pt2")]) == 2
     assert "none.pt2: no such file" in capsys.readouterr().err
     assert math.isfinite(document["summary"]["params"])
