@@ -163,7 +163,12 @@ def training_seconds(model: torch.nn.Module, args: Any, kwargs: Any, device: str
 
 
 def decode_seconds(model: torch.nn.Module, ids: torch.Tensor, device: str, new_tokens: int) -> tuple[float, float]:
-    """``generate``'s prefill forward and its mean decode forward, each synchronised and timed by hooks."""
+    """``generate``'s prefill forward and its mean decode forward, each synchronised and timed by hooks.
+    The prompt's mask is given (no padding), as ``predict_generation`` predicts it: without one,
+    ``generate`` masks every position holding the pad token (the random prompt's zeros), and
+    transformers' attention then takes a padding mask: another path than the one predicted (on a
+    CPU, Llama GQA's decode step 200 ops against 168; ``tools/time_accuracy.py`` gives the mask
+    since 2026-11-29, this check since 2026-12-06)."""
     times: list[float] = []
     started: list[float] = []
 
@@ -180,7 +185,8 @@ def decode_seconds(model: torch.nn.Module, ids: torch.Tensor, device: str, new_t
         for _ in range(3):
             times.clear()
             with torch.no_grad():
-                model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+                model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                               pad_token_id=0)
             runs.append((times[0], statistics.mean(times[1:])))
     finally:
         for handle in handles:
