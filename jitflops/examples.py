@@ -116,9 +116,13 @@ class Example:
         override a transformers example's configuration (``{"num_hidden_layers": 2}``)."""
         torch.manual_seed(seed)
         with torch.device(device):
-            model = (self.build_from(self.configured(settings)) if settings and self.build_from is not None else self.build()).eval()
+            model = (self._built_from(self.configured(settings)) if settings else self.build()).eval()
             args, kwargs = self.make_inputs()
         return model, args, kwargs
+
+    def _built_from(self, configuration: Any) -> nn.Module:
+        assert self.build_from is not None  # set with ``config``, which :meth:`configured` has checked
+        return self.build_from(configuration)
 
     def configured(self, settings: Optional[Mapping[str, Any]] = None) -> Any:
         """A transformers example's configuration with ``settings`` overriding its own."""

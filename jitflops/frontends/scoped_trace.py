@@ -295,6 +295,11 @@ def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], s
     return _checked_meta_trace(twin, twin_call, twin_aliases, strict, scope_boundaries)
 
 
+def _module_names(aliases: Mapping[Any, str]) -> dict[nn.Module, str]:
+    """The modules' names among ``aliases`` (which may name other objects too)."""
+    return {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
+
+
 def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool) -> ScopedTrace:
     """The trace of a model on meta values, with jitflops' meta kernels, refused if it lost an op.
 
@@ -306,8 +311,7 @@ def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any,
     so that every later trace in the thread passing a list of that name fails inside torch
     (``list_trace[idx] == nullptr``), the trace on real values included."""
     with meta_kernels_for_tracing():
-        scope_names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
-        with preserved(model), torch.no_grad(), on_the_traced_path(), failures_named(model, scope_names, "running on meta values"):
+        with preserved(model), torch.no_grad(), on_the_traced_path(), failures_named(model, _module_names(aliases), "running on meta values"):
             model(*call.args, **call.kwargs)
         trace = _trace_with_scopes(model, call, aliases, strict, scope_boundaries)
     lost = lost_values(trace.graph, model)
@@ -333,7 +337,7 @@ def _trace_with_scopes(model: nn.Module, call: ModelCall, aliases: Mapping[Any, 
     if is_compiled(model):
         raise JitflopsError(f"the model is compiled with torch.compile, which the JIT tracer cannot follow: {USE_DISPATCH}")
     traced = model.module if isinstance(model, _WRAPPERS) else model
-    scope_names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
+    scope_names = _module_names(aliases)
     boundaries, read_in_trace = ScopeBoundaries(enabled=scope_boundaries, names=scope_names), {}
     runner = FlatCall(traced, call, around_model=recording(boundaries, read_in_trace))
     with preserved(model), warnings.catch_warnings(), torch.no_grad():  # process-wide state is read and set under the lock
