@@ -392,8 +392,8 @@ def run(args: argparse.Namespace) -> str:
         raise UsageError("--trace needs --profile (it records the timed pass)")
     if (args.generate or args.mode != "eager") and prediction is None:
         raise UsageError("--generate and --mode predict on a device: give --device NAME (or a spec file), or --predict NAME")
-    if args.generate is not None and (args.generate < 1 or not args.input_ids):
-        raise UsageError("--generate TOKENS needs TOKENS >= 1 and a prompt: --input-ids BATCH,LENGTH")
+    if args.generate is not None and (args.generate < 1 or not _gives_a_prompt(args)):
+        raise UsageError("--generate TOKENS needs TOKENS >= 1 and a prompt: --input-ids BATCH,LENGTH (or input_ids in --kwargs)")
     timed = args.profile or args.ops
     if args.device == "meta" and timed:
         if prediction is not None and args.predict is None:
@@ -448,6 +448,18 @@ def run(args: argparse.Namespace) -> str:
         assert prediction is not None
         raise NothingFits(f"even a {args.fit} of 1 does not fit on {prediction.name} (what would fit is printed above)", report)
     return report
+
+
+def _gives_a_prompt(args: argparse.Namespace) -> bool:
+    """Whether the command line gives the token ids ``generate`` starts from: ``--input-ids``, or
+    ``input_ids`` in ``--kwargs`` (whose JSON :func:`build_inputs` checks)."""
+    if args.input_ids:
+        return True
+    try:
+        given = json.loads(args.kwargs) if args.kwargs else {}
+    except json.JSONDecodeError:
+        return False
+    return isinstance(given, dict) and "input_ids" in given
 
 
 def _with_predicted_forward(args: argparse.Namespace, report: str, profile: ModelProfile, prediction: Optional[DeviceSpec]) -> str:

@@ -155,6 +155,8 @@ def test_an_example_takes_the_inputs_given():
     assert counted == FlopCountAnalysis(TinyTransformer(), torch.zeros(1, 16, dtype=torch.long)).total() < _api_counts("transformer").total()
     generation = jitflops("--example", "llama-gqa", "--device", "h100", "--generate", "4", "--input-ids", "1,16", "--quiet").stdout
     assert "4 new tokens from 16)" in generation
+    given_by_name = jitflops("--example", "llama-gqa", "--device", "h100", "--generate", "4", "--kwargs", '{"input_ids": "ids:1,16"}', "--quiet").stdout
+    assert "4 new tokens from 16)" in given_by_name  # the prompt as a keyword (refused until 2026-12-06)
 
 
 def test_config_overrides_a_transformers_example():
