@@ -380,7 +380,8 @@ def run(args: argparse.Namespace) -> str:
     named = bool(args.factory) and looks_like_model_name(args.factory)
     if args.task and not named:
         raise UsageError("--task picks the head of a named transformers model (a Hub id, folder or config.json)")
-    args.device = args.device or ("meta" if named else "cpu")
+    large_example = bool(args.example) and "meta" in all_examples()[args.example].tags  # Llama-8B's and -70B's shapes
+    args.device = args.device or ("meta" if named or large_example else "cpu")
     prediction = device_spec(args.predict) if args.predict else None
     if is_device_name(args.device) or args.device.endswith(".json"):  # a device to predict for: counted on meta
         prediction, args.device = device_spec(args.device), "meta"
@@ -411,7 +412,10 @@ def run(args: argparse.Namespace) -> str:
         if path:
             check_writable(path)  # before the analysis spends any time
     if args.example:
-        model, positional, keywords = all_examples()[args.example].instantiate(args.device, settings=_example_settings(args.example, args.config))
+        settings = _example_settings(args.example, args.config)
+        if large_example and device.type != "meta":
+            _check_weights_fit(args.example, settings, device, DTYPES[args.dtype])
+        model, positional, keywords = all_examples()[args.example].instantiate(args.device, settings=settings)
         if args.input_shape or args.input_ids or args.kwargs:  # the inputs given replace the example's own
             with torch.device(device):
                 positional, keywords = build_inputs(args, model)
@@ -448,6 +452,19 @@ def run(args: argparse.Namespace) -> str:
         assert prediction is not None
         raise NothingFits(f"even a {args.fit} of 1 does not fit on {prediction.name} (what would fit is printed above)", report)
     return report
+
+
+def _check_weights_fit(name: str, settings: dict[str, Any], device: torch.device, dtype: torch.dtype) -> None:
+    """A large example built where it runs: its weights (counted on meta first) must fit the memory
+    free there, or the build would take minutes and end in the OS's out-of-memory kill."""
+    weights = sum(parameter.numel() for parameter in all_examples()[name].instantiate("meta", settings=settings)[0].parameters()) * dtype.itemsize
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if weights > free:
+        raise UsageError(f"the example {name!r} takes {deepspeed_bytes(weights)} of weights in {str(dtype).removeprefix('torch.')}, more than the "
+                         f"{deepspeed_bytes(free)} free on {device}: leave --device out to count it on meta (or --device h100 to predict it there)")
 
 
 def _gives_a_prompt(args: argparse.Namespace) -> bool:

@@ -159,6 +159,19 @@ def test_an_example_takes_the_inputs_given():
     assert "4 new tokens from 16)" in given_by_name  # the prompt as a keyword (refused until 2026-12-06)
 
 
+def test_the_large_examples_are_counted_on_meta_unless_told_otherwise():
+    """``--example llama-70b`` is counted on meta (until 2026-12-06 it was built on the CPU: 275 GB of
+    weights, minutes of building, then the OOM kill); on a device whose free memory its weights
+    outgrow, it is refused before anything is built."""
+    document = json.loads(jitflops("--example", "llama-70b", "--format", "json", "--quiet").stdout)
+    hidden, heads, kv_heads, ffn, layers, tokens = 8192, 64, 8, 28672, 80, 4096
+    projections = 2 * hidden * hidden + 2 * hidden * hidden // heads * kv_heads + 3 * hidden * ffn  # by hand, per token
+    assert document["summary"]["device"] == "meta"
+    assert document["summary"]["macs"] == layers * (tokens * projections + heads * tokens * tokens * 2 * hidden // heads)
+    refused = jitflops("--example", "llama-70b", "--device", "cpu", expect=2).stderr
+    assert "the example 'llama-70b' takes 274.86 GB of weights in float32, more than the" in refused and "free on cpu" in refused
+
+
 def test_config_overrides_a_transformers_example():
     """``--config`` overrides a transformers example's configuration (until 2026-12-06 it was
     ignored): one layer of llama-gqa, counted against the API on the model built by hand."""
