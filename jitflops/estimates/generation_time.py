@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Optional
 
 import torch
@@ -129,7 +129,10 @@ class _GenerateLoop(nn.Module):
                 if cache is not None:
                     cache.update(torch.zeros(batch, 1, length, 1), torch.zeros(batch, 1, length, 1), 0)
                 logits = torch.zeros(batch, 1, vocabulary)
-            return CausalLMOutputWithPast(logits=logits, past_key_values=cache)
+            return CausalLMOutputWithPast(logits=logits, **{cache_field: cache})
+
+        # the output's field for the cache: ``cache`` in newer transformers (which warn at the old name)
+        cache_field = "cache" if "cache" in {each.name for each in fields(CausalLMOutputWithPast)} else "past_key_values"
 
         model.forward = returns_at_once
         try:
