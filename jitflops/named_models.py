@@ -76,6 +76,8 @@ def _config_of(name: str) -> dict[str, Any]:
             components = sorted(child.name for child in path.iterdir() if (child / "config.json").is_file())
             raise ModelNameError(f"{name!r} is a diffusers pipeline: name one of its components ({', '.join(components)}), e.g. {name.rstrip('/')}/{components[0] if components else 'unet'}")
         raise ModelNameError(f"the folder {name!r} has no config.json")
+    if name.startswith((".", "/", "~")) or name.endswith(".json"):  # a path, which a Hub id never is
+        raise ModelNameError(f"{name!r}: no such file or folder")
     return _read_json(Path(_hub_config(name)))
 
 

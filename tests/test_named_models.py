@@ -146,6 +146,9 @@ def test_a_hub_id_without_an_organisation_resolves_as_the_hub_resolves_it(tmp_pa
     assert type(model).__name__ == "GPT2LMHeadModel" and sum(p.numel() for p in model.parameters()) == GPT2_PARAMETERS
     with pytest.raises(ModelNameError, match=r"'gpt3' is no file or folder here, nor a timm name .*; as a Hub id, its config.json is not in the Hub cache"):
         model_from_name("gpt3")
+    for path in ("./no-such-model", str(tmp_path / "none"), "config.json"):  # a path is never sent to the Hub
+        with pytest.raises(ModelNameError, match=r": no such file or folder$"):
+            model_from_name(path)
 
 
 def test_names_that_name_nothing_say_what_was_looked_for(tmp_path, llama_folder):
