@@ -120,6 +120,8 @@ class _GenerateLoop(nn.Module):
 
         (model,) = self._generating
         vocabulary = model.get_output_embeddings().weight.shape[0]
+        # the output's field for the cache: ``cache`` in newer transformers (which warn at the old name)
+        cache_field = "cache" if "cache" in {each.name for each in fields(CausalLMOutputWithPast)} else "past_key_values"
 
         @functools.wraps(model.forward)  # its signature, which generate reads to make the call's inputs
         def returns_at_once(input_ids: torch.Tensor, **kwargs: Any) -> Any:
@@ -130,9 +132,6 @@ class _GenerateLoop(nn.Module):
                     cache.update(torch.zeros(batch, 1, length, 1), torch.zeros(batch, 1, length, 1), 0)
                 logits = torch.zeros(batch, 1, vocabulary)
             return CausalLMOutputWithPast(logits=logits, **{cache_field: cache})
-
-        # the output's field for the cache: ``cache`` in newer transformers (which warn at the old name)
-        cache_field = "cache" if "cache" in {each.name for each in fields(CausalLMOutputWithPast)} else "past_key_values"
 
         model.forward = returns_at_once
         try:
