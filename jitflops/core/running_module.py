@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from types import FrameType, TracebackType
-from typing import Callable, Iterable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 import torch
 from torch import nn
 
 from .errors import TraceError
+
+
+def module_names(aliases: Mapping[Any, str]) -> dict[nn.Module, str]:
+    """The modules' names among ``aliases`` (which may name other objects too), as the functions
+    here take them."""
+    return {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
 
 
 def innermost_module(frames: Iterable[FrameType], names: Mapping[nn.Module, str]) -> Optional[nn.Module]:

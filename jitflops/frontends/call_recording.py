@@ -41,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 from ..core.model_guard import preserved, preserved_through_copy
 from ..core.model_io import ModelCall
 from ..core.records import EagerOpRecord, TensorMeta, argument_names
+from ..core.running_module import module_names
 from ..handles.registry import ShapeFormula
 from .dispatch_trace import DispatchTrace
 from .jit_fallback import is_compiled
@@ -454,7 +455,7 @@ def record_calls(
     own values otherwise (a small call computes faster than a meta copy is made, and runs no meta
     kernel, whose first use imports sympy). None where they cannot be read (the reason is logged at
     debug level): the JIT traces."""
-    names = {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
+    names = module_names(aliases)
     reason = _not_taken_before(model, call, names)
     if reason is not None:
         logger.debug("traced: %s", reason)

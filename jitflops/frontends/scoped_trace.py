@@ -50,7 +50,7 @@ from .jit_fallback import USE_DISPATCH, is_compiled
 from ..core.model_guard import preserved
 from ..core.model_io import FlatCall, ModelCall
 from ..core.records import JitOpRecord, OpRecord
-from ..core.running_module import failures_named
+from ..core.running_module import failures_named, module_names
 from .traced_path import on_the_traced_path
 from .scope_boundaries import KEEP_ALIVE, NodeScopes, ScopeBoundaries, full_scope, prim_op_kind, recording
 
@@ -295,11 +295,6 @@ def _trace_copy(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], s
     return _checked_meta_trace(twin, twin_call, twin_aliases, strict, scope_boundaries)
 
 
-def _module_names(aliases: Mapping[Any, str]) -> dict[nn.Module, str]:
-    """The modules' names among ``aliases`` (which may name other objects too)."""
-    return {module: name for module, name in aliases.items() if isinstance(module, nn.Module)}
-
-
 def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], strict: bool, scope_boundaries: bool) -> ScopedTrace:
     """The trace of a model on meta values, with jitflops' meta kernels, refused if it lost an op.
 
@@ -311,7 +306,7 @@ def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any,
     so that every later trace in the thread passing a list of that name fails inside torch
     (``list_trace[idx] == nullptr``), the trace on real values included."""
     with meta_kernels_for_tracing():
-        with preserved(model), torch.no_grad(), on_the_traced_path(), failures_named(model, _module_names(aliases), "running on meta values"):
+        with preserved(model), torch.no_grad(), on_the_traced_path(), failures_named(model, module_names(aliases), "running on meta values"):
             model(*call.args, **call.kwargs)
         trace = _trace_with_scopes(model, call, aliases, strict, scope_boundaries)
     lost = lost_values(trace.graph, model)
@@ -337,7 +332,7 @@ def _trace_with_scopes(model: nn.Module, call: ModelCall, aliases: Mapping[Any, 
     if is_compiled(model):
         raise JitflopsError(f"the model is compiled with torch.compile, which the JIT tracer cannot follow: {USE_DISPATCH}")
     traced = model.module if isinstance(model, _WRAPPERS) else model
-    scope_names = _module_names(aliases)
+    scope_names = module_names(aliases)
     boundaries, read_in_trace = ScopeBoundaries(enabled=scope_boundaries, names=scope_names), {}
     runner = FlatCall(traced, call, around_model=recording(boundaries, read_in_trace))
     with preserved(model), warnings.catch_warnings(), torch.no_grad():  # process-wide state is read and set under the lock
