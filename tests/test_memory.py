@@ -191,6 +191,38 @@ def test_the_kv_cache_of_a_llama_by_hand():
     assert "KV cache" in memory_summary(estimate)
 
 
+def test_an_output_without_a_cache_is_not_asked_for_one_by_its_old_name():
+    """transformers 5.25 logs "`past_key_values`/`cache_params` are deprecated" when an output is
+    asked for ``past_key_values`` by name. The estimate asked every output that had no ``cache``,
+    so a ViT's user saw that log about a cache neither had. The ViT's peak is checked against
+    MemTracker as the other estimates are."""
+    import logging
+
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    transformers = pytest.importorskip("transformers")
+    from transformers.utils import logging as transformers_logging
+
+    model = transformers.ViTModel(transformers.ViTConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=2)).eval()
+    pixels = torch.randn(1, 3, 224, 224)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    transformers_logging.get_logger().addHandler(handler)
+    transformers_logging.warning_once.cache_clear()  # once a process: this test must see it
+    try:
+        estimate = memory_footprint(model, pixels)
+    finally:
+        transformers_logging.get_logger().removeHandler(handler)
+    assert [record.getMessage() for record in records] == []
+    tracker = MemTracker()
+    tracker.track_external(model)
+    with tracker, torch.no_grad():
+        model(pixels)
+    measured = next(peak["Total"] for where, peak in tracker.get_tracker_snapshot("peak").items() if where.type == "cpu")
+    assert estimate.peak == measured + pixels.untyped_storage().nbytes()
+
+
 def test_checkpointing_keeps_less_than_saving_everything():
     model = _llama()
     ids = torch.randint(0, 1000, (2, 128))

@@ -119,12 +119,12 @@ def tensors_inside(value: Any, depth: int = 3) -> list[torch.Tensor]:
 
 def generation_cache(output: Any) -> Any:
     """The generation cache of a model output (``cache`` in newer transformers, ``past_key_values``
-    before), or None."""
-    for key in ("cache", "past_key_values"):
-        found = output.get(key) if isinstance(output, Mapping) else None
-        if found is not None:
-            return found
-    return None
+    before), or None. Only the keys the output holds are read, from its ``keys()``: a transformers
+    5.25 output's ``get`` and ``in`` take ``past_key_values`` for ``cache`` and log a deprecation
+    that its user, who never named either, would see."""
+    if not isinstance(output, Mapping):
+        return None
+    return next((output[key] for key in ("cache", "past_key_values") if key in output.keys() and output[key] is not None), None)
 
 
 def tensor_leaves(value: Any) -> tuple[torch.Tensor, ...]:
