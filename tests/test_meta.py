@@ -165,3 +165,46 @@ def test_deepseek_v3_on_meta_with_the_usual_calls_counts_its_routed_experts_exac
         totals.add(analysis.total())
     assert len(totals) == 1
     assert _rss_mib() < 4096
+
+
+def _vit_and_bert_by_hand(layers: int = 2, hidden: int = 64, ffn: int = 128, labels: int = 3) -> dict[str, tuple[type, object, dict, int]]:
+    """A ViT and a BERT classifier, their inputs made on the CPU as users make them (``labels``
+    included), and their MACs by hand: the products of every layer (4·h² + 2·h·ffn a token), the
+    attention's two (2·t²·h), fvcore's 5 a value for each layer norm, ViT's patch convolution, BERT's
+    pooler and both classifiers."""
+    transformers = pytest.importorskip("transformers")
+    sizes = dict(num_hidden_layers=layers, hidden_size=hidden, intermediate_size=ffn, num_attention_heads=2, num_labels=labels)
+
+    def body(tokens: int) -> int:
+        return layers * (tokens * (4 * hidden**2 + 2 * hidden * ffn) + 2 * tokens**2 * hidden) + (2 * layers + 1) * tokens * hidden * 5
+
+    ids = torch.randint(0, 100, (2, 16))
+    bert_call = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids), "labels": torch.tensor([0, 2])}
+    return {
+        "ViT": (transformers.ViTForImageClassification, transformers.ViTConfig(**sizes), {"pixel_values": torch.randn(2, 3, 224, 224), "labels": torch.tensor([0, 2])},
+                2 * (196 * 3 * 16 * 16 * hidden + body(197) + hidden * labels)),
+        "BERT": (transformers.BertForSequenceClassification, transformers.BertConfig(**sizes), bert_call, 2 * (body(16) + hidden**2 + hidden * labels)),
+    }
+
+
+@pytest.mark.parametrize("built", ["torch.device('meta')", "init_empty_weights()"])
+@pytest.mark.parametrize("family", ["ViT", "BERT"])
+def test_a_model_built_on_meta_is_counted_on_inputs_made_on_the_cpu(family, built):
+    """A model built on meta (``torch.device("meta")``, or accelerate's ``init_empty_weights``, which
+    leaves the buffers on the CPU) called with inputs from ``torch.randn`` and ``torch.randint``: its
+    forward mixed the devices and every front end failed ("Tensor on device cpu is not on the
+    expected device meta!" in ViT's patch convolution, in BERT's loss over the CPU labels). The inputs
+    go to the model's meta device; the counts equal the hand count, under both backends and in a
+    profile, whose statistics share one recording, and the activations the CPU model's."""
+    from jitflops import ActivationCountAnalysis, profile_model
+
+    accelerate = pytest.importorskip("accelerate")
+    model_class, config, call, by_hand = _vit_and_bert_by_hand()[family]
+    with torch.device("meta") if built.startswith("torch") else accelerate.init_empty_weights():
+        model = model_class(config).eval()
+    assert all(p.is_meta for p in model.parameters()) and not any(t.is_meta for t in call.values())
+    for backend in ("jit", "dispatch"):
+        assert FlopCountAnalysis(model, (), call, backend=backend).total() == by_hand, backend
+    assert profile_model(model, (), call, device="h100").root.flops == 2 * by_hand
+    assert ActivationCountAnalysis(model, (), call).by_operator() == ActivationCountAnalysis(model_class(config).eval(), (), call).by_operator()  # the CPU's, fvcore's parity
+    assert not any(t.is_meta for t in call.values())  # the user's inputs stay where they were

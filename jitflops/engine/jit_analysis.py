@@ -25,7 +25,7 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from .counting import OpCount, Statistics, module_aliases, statistics_of
 from ..frontends.call_recording import record_calls
-from ..frontends.meta_values import CALLS_COMPUTE_BELOW_WORK, CALLS_PIXELS_PER_TOKEN, computes_by_default, holds_meta
+from ..frontends.meta_values import CALLS_COMPUTE_BELOW_WORK, CALLS_PIXELS_PER_TOKEN, computes_by_default, holds_meta, on_the_models_meta_device
 from ..frontends.dispatch_trace import BackwardFn, default_backward, record_with_dispatch
 from ..core.errors import JitFallbackWarning, JitflopsError
 from ..frontends.program_source import ProgramSource, is_program_source
@@ -156,7 +156,9 @@ class JitModelAnalysis:
         self._backward: Optional[BackwardFn] = (default_backward if backward is True else backward) or None
         self._strict = strict
         self._compute = compute
-        self._call = ModelCall.from_user(() if inputs is None else inputs, kwargs)
+        self._given_call = ModelCall.from_user(() if inputs is None else inputs, kwargs)
+        """The call as given; analyses of the same one share a recording (:meth:`share_trace`)."""
+        self._call = on_the_models_meta_device(model, self._given_call)
         self._named_modules: dict[str, nn.Module] = dict(model.named_modules(remove_duplicate=False))
         self._aliases = module_aliases(model, self._named_modules)
         self._op_handles: dict[str, Handle] = {}
@@ -358,7 +360,7 @@ class JitModelAnalysis:
 
     def share_trace(self: T, other: "JitModelAnalysis") -> T:
         """Count from ``other``'s trace instead of tracing again (both must analyse the same call)."""
-        if other._model is not self._model or not other._call.is_same_call(self._call) or other._front_end_settings() != self._front_end_settings():
+        if other._model is not self._model or not other._given_call.is_same_call(self._given_call) or other._front_end_settings() != self._front_end_settings():
             raise ValueError("share_trace needs an analysis of the same model and inputs, with the same backend")
         self._trace = other.scoped_trace()
         self._fallback, self._counted_by = other._fallback, other._counted_by

@@ -481,6 +481,20 @@ def holds_meta(parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
     return any(t.is_meta for t in [*parameters, *call.tensors()])
 
 
+def on_the_models_meta_device(model: nn.Module, call: ModelCall) -> ModelCall:
+    """``call`` with its tensors on the meta device where every parameter of ``model`` is there and
+    some of the call's tensors are not. Such a model is built under ``torch.device("meta")`` or
+    accelerate's ``init_empty_weights`` (which leaves the buffers on the CPU), and called on inputs
+    made as users make them, with ``torch.randint`` and ``torch.randn`` on the CPU; its forward
+    would mix the devices (a ViT's patch convolution refuses a CPU image, BERT's loss CPU labels).
+    No value is lost that a count on meta reads: it reads none (explicit masks count dense there)."""
+    parameters = list(model.parameters())
+    if not parameters or not all(p.is_meta for p in parameters) or all(t.is_meta for t in call.tensors()):
+        return call
+    args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.detach().to("meta").requires_grad_(t.requires_grad), (call.args, call.kwargs))
+    return ModelCall(args, kwargs)
+
+
 META_VALUE_READS = ("cannot be called on meta tensors", "Cannot copy out of meta tensor", "with Meta tensors", "data-independent implementation does not exist")
 """What torch's meta kernels say when a value is read from a meta tensor: ``item()`` and ``bool()``,
 ``tolist()``, ``torch.equal``, ``nonzero``."""
