@@ -208,3 +208,63 @@ def test_a_model_built_on_meta_is_counted_on_inputs_made_on_the_cpu(family, buil
     assert profile_model(model, (), call, device="h100").root.flops == 2 * by_hand
     assert ActivationCountAnalysis(model, (), call).by_operator() == ActivationCountAnalysis(model_class(config).eval(), (), call).by_operator()  # the CPU's, fvcore's parity
     assert not any(t.is_meta for t in call.values())  # the user's inputs stay where they were
+
+
+class _MaskedSoftmaxAttention(torch.nn.Module):
+    """Attention whose scores are masked by a value made on the CPU, as SEW-D's (and DeBERTa's,
+    before transformers 5) masked softmax does: ``masked_fill(mask, torch.tensor(finfo.min))``."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = (q @ k.transpose(-1, -2)).masked_fill(mask, torch.tensor(torch.finfo(x.dtype).min))
+        return scores.softmax(-1) @ v
+
+
+def test_a_mask_filled_with_a_cpu_value_is_counted_on_meta():
+    """The devices' ``masked_fill`` takes a 0-dim value from the CPU; torch's meta kernel refused it
+    ("Expected `value` to be on same device as `a`"), so SEW-D failed on meta under both backends.
+    jitflops' meta kernel takes it, and checks what torch's does (a value of one dimension is
+    refused as on the CPU). Counts by hand: the projection and both products."""
+    batch, tokens, hidden = 2, 16, 32
+    with torch.device("meta"):
+        model = _MaskedSoftmaxAttention(hidden)
+    x, mask = torch.randn(batch, tokens, hidden), torch.rand(batch, tokens, tokens) > 0.5
+    by_hand = batch * tokens * 3 * hidden * hidden + 2 * batch * tokens * tokens * hidden
+    for backend in ("jit", "dispatch"):
+        assert FlopCountAnalysis(model, (x.to("meta"), mask.to("meta")), backend=backend).total() == by_hand, backend
+    with pytest.raises(RuntimeError, match="0-dimensional value tensor"):
+        torch.randn(2, 3).masked_fill(torch.zeros(2, 3, dtype=torch.bool), torch.tensor([0.0]))  # what the CPU says
+    from jitflops.frontends.meta_values import DEVICE_META_KERNELS, meta_kernels
+    with meta_kernels(DEVICE_META_KERNELS), pytest.raises(RuntimeError, match="0-dimensional value tensor"):
+        torch.randn(2, 3, device="meta").masked_fill(torch.zeros(2, 3, dtype=torch.bool, device="meta"), torch.tensor([0.0]))
+
+
+class _ReadsItsLength(torch.nn.Module):
+    """A forward that reads a value, as XLM's and Longformer's do (``lengths.max().item()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return self.linear(x[:, : int(lengths.max().item())])
+
+
+def test_a_meta_model_that_reads_a_value_is_sent_to_the_cpu_not_to_the_dispatch_backend():
+    """The error on meta suggested the dispatch backend, which runs the same forward and reads the
+    same value (XLM, Longformer and the vision-language models that place image tokens by value
+    failed there too). It now says the forward reads a value and to count the model built on the
+    CPU, which counts it (by hand: the Linear on the 5 positions the lengths keep)."""
+    with torch.device("meta"):
+        model = _ReadsItsLength()
+    x, lengths = torch.randn(2, 12, 8), torch.tensor([3, 5])
+    with pytest.raises(Exception, match="reads a value, which no tensor on the meta device has.*count the model built on the CPU") as caught:
+        FlopCountAnalysis(model, (x, lengths)).total()
+    assert "backend='dispatch'" not in str(caught.value)
+    with pytest.raises(Exception, match="item"):
+        FlopCountAnalysis(model, (x, lengths), backend="dispatch").total()  # why it is not suggested
+    assert FlopCountAnalysis(_ReadsItsLength(), (x, lengths)).total() == 2 * 5 * 8 * 8

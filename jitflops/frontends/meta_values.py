@@ -147,6 +147,17 @@ _GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 over ``mm`` for the others)."""
 
 
+def _masked_fill_on_meta(self: torch.Tensor, mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``aten::masked_fill.Tensor`` on meta tensors, with a value from the CPU. The devices' kernels
+    take a 0-dim CPU value (``x.masked_fill(mask, torch.tensor(torch.finfo(x.dtype).min))``, SEW-D's
+    masked softmax, as DeBERTa's was), and so does torch's reference for CUDA, XPU, MPS and HPU
+    tensors, but not for meta ones. The value goes to the meta device first; torch's reference checks
+    the rest."""
+    if value.dim() == 0 and value.device.type == "cpu" and self.is_meta:
+        value = value.to("meta")
+    return _refs.masked_fill(self, mask, value)
+
+
 def _grouped_mm_on_meta(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
                         out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """``aten::_grouped_mm`` on meta and fake tensors, in every dtype the CPU and CUDA kernels run.
@@ -308,6 +319,7 @@ TRACING_META_KERNELS: dict[str, Callable[..., Any]] = {
     "pow.Tensor_Scalar": _unary(_refs.pow),
     "mean.dim": _mean_on_meta,
     "_grouped_mm": _grouped_mm_on_meta,
+    "masked_fill.Tensor": _masked_fill_on_meta,
 }
 """The meta kernels a meta trace (and a count read from the calls of a meta copy) runs: convolution
 so that it traces at all, and fast where its operands are contiguous; the others because torch's
@@ -317,7 +329,7 @@ meta trace of ViT-L and of MobileNet-like models (``tools/bench.py``; a batch no
 shapes and compute the output shapes directly, or hand what they do not check to torch's own."""
 
 
-DEVICE_META_KERNELS: dict[str, Callable[..., Any]] = {"_grouped_mm": _grouped_mm_on_meta}
+DEVICE_META_KERNELS: dict[str, Callable[..., Any]] = {"_grouped_mm": _grouped_mm_on_meta, "masked_fill.Tensor": _masked_fill_on_meta}
 """The meta kernels that accept what the devices' kernels run, where torch's refuse it: what a run
 on fake tensors (the memory estimate, counts as formulas) needs to take the path the model takes."""
 

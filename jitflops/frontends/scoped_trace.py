@@ -45,7 +45,7 @@ from torch.jit import TracerWarning
 
 from .data_dependence import TraceWarnings
 from ..core.errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
-from .meta_values import computes_by_default, meta_kernels_for_tracing, empty_copy, holds_meta, lost_values, meta_blocker
+from .meta_values import computes_by_default, meta_kernels_for_tracing, empty_copy, holds_meta, lost_values, meta_blocker, reads_a_meta_value
 from .jit_fallback import USE_DISPATCH, is_compiled
 from ..core.model_guard import preserved
 from ..core.model_io import FlatCall, ModelCall
@@ -281,6 +281,12 @@ def _trace_without_computing(
         try:
             return _checked_meta_trace(model, call, aliases, strict, scope_boundaries)
         except Exception as error:
+            if reads_a_meta_value(error.__cause__ or error):  # the dispatch backend runs the same forward: it would read it too
+                raise JitflopsError(
+                    f"the model on the meta device could not be traced there: {error}; its forward reads a value, which no tensor on "
+                    "the meta device has (jitflops never allocates them): count the model built on the CPU, whose call is traced "
+                    "on a meta copy where it can be, and on its values where it reads them"
+                ) from error
             raise JitflopsError(
                 f"the model on the meta device could not be traced there: {error}; where it needs values it does not have "
                 f"(jitflops never allocates them), {USE_DISPATCH} (on meta)"
