@@ -5,7 +5,8 @@ sizes, few heads and experts) and random weights, given inputs made from its ``m
 and run eagerly. Where the forward runs, it is counted by both backends and by ``FlopCounterMode``,
 then by the dispatch backend in training mode with its backward; a decoder (an architecture with a
 causal-LM head, given ids) is also counted mask-aware by both backends, without padding and
-left-padded. The sweep reports per architecture: errors, unsupported ops, JIT != dispatch (either
+left-padded; and the architecture built on the meta device, as a model too large to hold is built, is
+counted on the same inputs on meta and on the CPU (as users make them). The sweep reports per architecture: errors, unsupported ops, JIT != dispatch (either
 convention), totals below ``FlopCounterMode``'s (halved:
 it counts a multiply-add as two flops), and any parameter or buffer the counts did not give back as
 it was (values, ``requires_grad``, ``.grad``).
@@ -142,6 +143,10 @@ class ArchitectureResult:
     """A decoder's mask-aware counts: ``jit`` and ``dispatch``, unpadded and ``padded`` (empty: not a decoder)."""
     padded_error: str = ""
     """Why a decoder's padded forward was not counted: its eager forward fails on a padding mask."""
+    meta: dict = field(default_factory=dict)
+    """The default count of the architecture built on the meta device, by where its inputs are:
+    ``meta``, ``cpu``; an error's text where it failed."""
+    meta_counted_by: str = ""
     unsupported: dict = field(default_factory=dict)
     changed: list = field(default_factory=list)
     """Parameters and buffers that did not come back from the counts as they were."""
@@ -159,6 +164,21 @@ class ArchitectureResult:
             and (self.flop_counter is None or 2 * self.jit >= self.flop_counter) and not self.changed and self.masked_agree
             and not self.calls_modules_differ
         )
+
+    @property
+    def meta_reads_a_value(self) -> bool:
+        """Whether the count on meta failed where the forward reads a value (``.item()``), which no
+        meta tensor has: not a fault of the count."""
+        from jitflops.frontends.meta_values import META_VALUE_READS
+
+        return any(isinstance(count, str) and any(words in count for words in META_VALUE_READS) for count in self.meta.values())
+
+    @property
+    def meta_agrees(self) -> bool:
+        """Whether the counts on meta are the CPU's: the JIT's, or the dispatch backend's where the
+        count on meta fell back to it."""
+        expected = self.dispatch if self.meta_counted_by == "dispatch" else self.jit
+        return bool(self.meta) and all(count == expected for count in self.meta.values())
 
     @property
     def masked_agree(self) -> bool:
@@ -440,6 +460,7 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
             unsupported.update({f"{backend}:{op}": n for op, n in analysis.unsupported_ops().items()})
         except Exception as error:
             setattr(result, f"{backend}_error", f"{type(error).__name__}: {str(error)[:300]}")
+    result.meta, result.meta_counted_by = _counts_on_meta(getattr(transformers, class_name), config, inputs)
     if model_type in decoder_types() and "input_ids" in inputs and "attention_mask" in inspect.signature(model.forward).parameters:
         padding = torch.ones_like(inputs["input_ids"])
         padding[:, :PADDING] = 0
@@ -467,6 +488,27 @@ def _build_run_and_count(model_type: str, class_name: str) -> ArchitectureResult
     result.status = "counted"
     result.seconds = round(time.perf_counter() - start, 2)
     return result
+
+
+def _counts_on_meta(model_class: Any, config: Any, inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The default count of ``model_class(config)`` built on the meta device, on ``inputs`` moved to
+    meta and on ``inputs`` as they are (the CPU), or the error's text; and which backend counted."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    import jitflops
+
+    with torch.device("meta"):
+        model = model_class(config).eval()
+    counts: dict[str, Any] = {}
+    counted_by = ""
+    for inputs_on, given in (("meta", pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), inputs)), ("cpu", inputs)):
+        try:
+            analysis = jitflops.FlopCountAnalysis(model, given)
+            counts[inputs_on], counted_by = int(analysis.total()), analysis.counted_by
+        except Exception as error:
+            counts[inputs_on] = f"{type(error).__name__}: {str(error)[:300]}"
+    return counts, counted_by
 
 
 _MISSING = re.compile(r"missing \d+ required positional arguments?: (.*)")
@@ -665,6 +707,9 @@ def summarise(results: list[dict]) -> dict[str, Any]:
         "export == dispatch, in total and in every module": sum(r.export is not None and r.export == r.dispatch and not r.export_modules_differ for r in typed),
         "export != dispatch": sum(r.export is not None and (r.export != r.dispatch or bool(r.export_modules_differ)) for r in typed),
         "export with unsupported ops": sum(bool(r.export_unsupported) for r in typed),
+        "built on meta, counted as on the CPU on inputs on meta and on the CPU": sum(r.meta_agrees for r in typed),
+        "built on meta, the forward reads a value": sum(r.meta_reads_a_value for r in typed),
+        "built on meta, not counted as on the CPU for another reason": sum(bool(r.meta) and not r.meta_agrees and not r.meta_reads_a_value for r in typed),
     }
 
 

@@ -507,9 +507,10 @@ def on_the_models_meta_device(model: nn.Module, call: ModelCall) -> ModelCall:
     return ModelCall(args, kwargs)
 
 
-META_VALUE_READS = ("cannot be called on meta tensors", "Cannot copy out of meta tensor", "with Meta tensors", "data-independent implementation does not exist")
+META_VALUE_READS = ("cannot be called on meta tensors", "Cannot copy out of meta tensor", "with Meta tensors", "data-independent implementation does not exist",
+                    "repeat_interleave a meta tensor without output_size")
 """What torch's meta kernels say when a value is read from a meta tensor: ``item()`` and ``bool()``,
-``tolist()``, ``torch.equal``, ``nonzero``."""
+``tolist()``, ``torch.equal``, ``nonzero``, ``repeat_interleave`` of counts (Qwen-VL's vision towers)."""
 
 
 def reads_a_meta_value(error: Optional[BaseException]) -> bool:
