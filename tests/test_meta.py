@@ -268,3 +268,29 @@ def test_a_meta_model_that_reads_a_value_is_sent_to_the_cpu_not_to_the_dispatch_
     with pytest.raises(Exception, match="item"):
         FlopCountAnalysis(model, (x, lengths), backend="dispatch").total()  # why it is not suggested
     assert FlopCountAnalysis(_ReadsItsLength(), (x, lengths)).total() == 2 * 5 * 8 * 8
+
+
+def test_a_decode_step_on_meta_leaves_the_cache_given_as_it_was_and_counts_its_attention():
+    """A decode step of a model on the meta device, its KV cache given: the count ran the forward
+    on the cache itself once (before tracing), which grew it by a position, so that the count's
+    attention spanned one position more than the cache held (and a second count two more). The
+    dispatch backend, to which the count falls back there (the cache's tensors would be the trace's
+    constants), recorded SDPA's math path on meta: products, not attention, where the CPU's
+    recording has its fused kernel. By hand: the projections of one token and its attention over
+    the 17 positions, in both layers; the CPU's count of the same step agrees."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config).eval()
+        with torch.no_grad():
+            cache = model(input_ids=torch.zeros(1, 16, dtype=torch.long), use_cache=True).past_key_values
+    step = {"input_ids": torch.zeros(1, 1, dtype=torch.long, device="meta"), "past_key_values": cache}
+    by_hand = {"linear": 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128) + 64 * 1000, "scaled_dot_product_attention": 2 * 4 * 17 * 2 * 16}
+    for backend in ("jit", "dispatch", "jit"):
+        analysis = FlopCountAnalysis(model, (), step, backend=backend).unsupported_ops_warnings(False)
+        assert {"linear" if op == "mm" else op: n for op, n in analysis.by_operator().items()} == by_hand, backend
+        assert cache.get_seq_length() == 16
+    on_the_cpu = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        cpu_cache = on_the_cpu(input_ids=torch.zeros(1, 16, dtype=torch.long), use_cache=True).past_key_values
+    assert FlopCountAnalysis(on_the_cpu, (), {"input_ids": torch.zeros(1, 1, dtype=torch.long), "past_key_values": cpu_cache}).by_operator() == by_hand

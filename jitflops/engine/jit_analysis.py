@@ -26,7 +26,7 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 from .counting import OpCount, Statistics, module_aliases, statistics_of
 from ..frontends.call_recording import record_calls
 from ..frontends.meta_values import CALLS_COMPUTE_BELOW_WORK, CALLS_PIXELS_PER_TOKEN, computes_by_default, holds_meta, on_the_models_meta_device
-from ..frontends.dispatch_trace import BackwardFn, default_backward, record_with_dispatch
+from ..frontends.dispatch_trace import WHOLE_CALLS, BackwardFn, default_backward, record_with_dispatch
 from ..core.errors import JitFallbackWarning, JitflopsError
 from ..frontends.program_source import ProgramSource, is_program_source
 from ..handles import COMMUNICATION_FORMULAS, ELEMENTWISE_FLOP_FORMULAS, INTEGER_MAC_FORMULAS, ZERO_COST_OPS, Handle
@@ -428,8 +428,14 @@ class JitModelAnalysis:
         return record_program(program, self._aliases, self._call if self._sized_by_call else None, inner)
 
     def _record_with_dispatch(self, model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], backward: Optional[BackwardFn]) -> OpSource:
-        """The dispatch backend's recording; the composite calls :meth:`_whole_calls` names recorded whole."""
-        return record_with_dispatch(model, call, aliases, backward, whole=self._whole_calls(), count_bytecode=self._counts_bytecode())
+        """The dispatch backend's recording; the composite calls :meth:`_whole_calls` names recorded
+        whole, and in a forward on the meta device the calls a device runs whole where meta tensors
+        take their math path (:data:`~jitflops.frontends.dispatch_trace.WHOLE_CALLS`: attention), as
+        the CPU's recording has them. A backward keeps the math path: the CPU takes it for attention
+        that drops out, which a recording cannot know before the call."""
+        on_meta = backward is None and holds_meta(list(model.parameters()), call)
+        whole = self._whole_calls() or (WHOLE_CALLS if on_meta else ())
+        return record_with_dispatch(model, call, aliases, backward, whole=whole, count_bytecode=self._counts_bytecode())
 
     @classmethod
     def _counts_bytecode(cls) -> bool:

@@ -80,7 +80,7 @@ def generate_call(model: nn.Module, ids: torch.Tensor, cached: int, cache: Any) 
     return call
 
 
-def _cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
+def cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
     """The KV cache a forward over ``ids`` leaves (on meta tensors)."""
     with torch.no_grad():
         cache = generation_cache(model(**generate_call(model, ids, 0, None)))
@@ -96,7 +96,7 @@ def generation_seconds(model: nn.Module, ids: torch.Tensor, new_tokens: int, sec
 
     def decode_at(cached: int) -> float:
         longer = torch.zeros(batch, cached, dtype=ids.dtype, device=ids.device)
-        return seconds(generate_call(model, ids[:, -1:], cached, _cache_after(model, longer)))
+        return seconds(generate_call(model, ids[:, -1:], cached, cache_after(model, longer)))
 
     prefill = seconds(generate_call(model, ids, 0, None))
     steps = new_tokens - 1

@@ -24,6 +24,7 @@ from ..core.process_groups import is_dtensor
 from ..core.records import FORWARD, OpRecord
 from ..engine.counting import Statistics, run_handle, statistics_of
 from ..engine.jit_analysis import JitModelAnalysis
+from ..frontends.dispatch_trace import WHOLE_CALLS
 from ..frontends.program_source import ProgramSource
 from ..handles import FLOP_FORMULAS, Handle, ShapeFormula
 from ..handles.convolution import CUDNN_TF32_KINDS
@@ -34,11 +35,6 @@ from .devices import DeviceSpec, device_spec, is_cpu_spec
 from .execution import MODES, Timeline, host_kind, modules_entered
 
 DeviceLike = Union[str, DeviceSpec, Mapping[str, Any]]
-
-WHOLE_CALLS = ("aten::scaled_dot_product_attention",)
-"""What a time's dispatch recording keeps whole: attention runs as one fused kernel on a device,
-where meta and fake tensors take its math path (products, a softmax, masks)."""
-
 
 def tf32_allowed(kind: str) -> bool:
     """Whether a float32 op of ``kind`` may run on TF32 tensor cores: cuDNN's switch for the

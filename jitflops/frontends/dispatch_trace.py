@@ -225,6 +225,11 @@ def _attention_by_a_gpus_fused_kernel(query: torch.Tensor, key: torch.Tensor, va
     return _attention_by_its_fused_kernel(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 
+WHOLE_CALLS = ("aten::scaled_dot_product_attention",)
+"""What a recording keeps whole where meta and fake tensors would take a call's math path: attention
+runs as one fused kernel on a device; there, products, a softmax and masks. A time's recording keeps
+it whole, and so does a count of a model on the meta device."""
+
 AS_ITS_FUSED_KERNEL: dict[str, Callable[..., Any]] = {"aten::scaled_dot_product_attention": _attention_by_its_fused_kernel}
 """What a whole call runs on meta or fake tensors instead of its math decomposition (``whole``)."""
 AS_A_GPUS_FUSED_KERNEL: dict[str, Callable[..., Any]] = {"aten::scaled_dot_product_attention": _attention_by_a_gpus_fused_kernel}

@@ -313,7 +313,7 @@ def _checked_meta_trace(model: nn.Module, call: ModelCall, aliases: Mapping[Any,
     (``list_trace[idx] == nullptr``), the trace on real values included."""
     with meta_kernels_for_tracing():
         with preserved(model), torch.no_grad(), on_the_traced_path(), failures_named(model, module_names(aliases), "running on meta values"):
-            model(*call.args, **call.kwargs)
+            call.run(model)  # on a copy of a generation cache given: it grows as the forward runs
         trace = _trace_with_scopes(model, call, aliases, strict, scope_boundaries)
     lost = lost_values(trace.graph, model)
     if lost:

@@ -12,12 +12,13 @@ be read apart (DeepSpeed counts the whole only).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 import torch
 from torch import nn
 
 from ..engine.flop_count import FlopCountAnalysis
+from ..estimates.generation_time import cache_after, generate_call
 from ..handles import short_op_name
 from ..handles.attention import ATTENTION_KERNELS, SEQUENCE_FIRST_KERNELS
 from ..core.model_io import ModelCall, is_stateful, tensors_inside
@@ -98,21 +99,15 @@ def _new_tokens(call: ModelCall) -> int:
 
 def count_generation(model: nn.Module, *args: Any, **kwargs: Any) -> GenerationCount:
     """Run ``model.generate(*args, **kwargs)`` once (without gradients) and count each forward
-    it makes (the JIT, or the dispatch backend where the JIT cannot trace the model)."""
+    it makes (the JIT, or the dispatch backend where the JIT cannot trace the model).
+
+    A model on the meta device has no values to generate with: it is not run, and its forwards are
+    made as ``generate`` makes them (:func:`_calls_on_meta`)."""
     generate = getattr(model, "generate", None)
     if not callable(generate):
         raise TypeError(f"count_generation needs a model with a generate() method; {type(model).__name__} has none")
-    calls: list[ModelCall] = []
-
-    def capture(module: nn.Module, call_args: tuple, call_kwargs: dict) -> None:
-        calls.append(ModelCall(tuple(call_args), dict(call_kwargs)).fresh())  # the cache as this step found it
-
-    handle = model.register_forward_pre_hook(capture, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            generate(*args, **kwargs)
-    finally:
-        handle.remove()
+    parameters = list(model.parameters())
+    calls = _calls_on_meta(model, args, kwargs) if parameters and all(p.is_meta for p in parameters) else _calls_of(model, generate, args, kwargs)
     counted: dict[Hashable, tuple[int, int]] = {}
     steps = []
     for call in calls:
@@ -125,3 +120,53 @@ def count_generation(model: nn.Module, *args: Any, **kwargs: Any) -> GenerationC
         tokens = _new_tokens(call)
         steps.append(StepCount(tokens, _past_positions(call) + tokens, macs, attention))
     return GenerationCount(tuple(steps))
+
+
+def _calls_of(model: nn.Module, generate: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> list[ModelCall]:
+    """The model's calls in one run of ``generate(*args, **kwargs)``, each with its cache as it found it."""
+    calls: list[ModelCall] = []
+
+    def capture(module: nn.Module, call_args: tuple, call_kwargs: dict) -> None:
+        calls.append(ModelCall(tuple(call_args), dict(call_kwargs)).fresh())  # the cache as this step found it
+
+    handle = model.register_forward_pre_hook(capture, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            generate(*args, **kwargs)
+    finally:
+        handle.remove()
+    return calls
+
+
+_SHAPELESS_SETTINGS = frozenset({
+    "input_ids", "inputs", "attention_mask", "max_new_tokens", "min_new_tokens", "max_length", "min_length", "do_sample",
+    "temperature", "top_k", "top_p", "repetition_penalty", "pad_token_id", "eos_token_id", "use_cache", "generation_config",
+})
+"""``generate``'s arguments that leave its calls' shapes as greedy search makes them, every token
+generated (the prompt and its all-ones mask, the length, sampling, the special tokens)."""
+
+
+def _calls_on_meta(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> list[ModelCall]:
+    """The calls ``generate(*args, **kwargs)`` makes, on the meta device: the prefill over the
+    prompt, then a decode step for each further new token over the cache the steps before leave
+    (every token generated: no value says where an end-of-sequence token would stop it)."""
+    others = sorted(set(kwargs) - _SHAPELESS_SETTINGS)
+    if len(args) > 1 or others or kwargs.get("use_cache") is False:
+        named = others or (["use_cache=False"] if kwargs.get("use_cache") is False else ["positional arguments after the prompt"])
+        raise ValueError(f"count_generation of {type(model).__name__}, on the meta device, makes its calls as greedy search makes them with the "
+                         f"KV cache, from input_ids and the length; it cannot take {', '.join(named)}: count a model built on the CPU")
+    ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        raise ValueError(f"count_generation of {type(model).__name__}, on the meta device, needs the prompt's input_ids (batch, length)")
+    batch, prompt = ids.shape
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    limit = kwargs.get("max_new_tokens") or getattr(config, "max_new_tokens", None)
+    new_tokens = limit if limit is not None else (kwargs.get("max_length") or getattr(config, "max_length", 20)) - prompt
+    if new_tokens < 1:
+        raise ValueError(f"count_generation: no token to generate from a prompt of {prompt} (max_new_tokens or max_length)")
+    ids = ids.to("meta")
+    calls = [ModelCall((), generate_call(model, ids, 0, None))]
+    for cached in range(prompt, prompt + new_tokens - 1):
+        cache = cache_after(model, torch.zeros(batch, cached, dtype=ids.dtype, device="meta"))
+        calls.append(ModelCall((), generate_call(model, ids[:, -1:], cached, cache)))
+    return calls
