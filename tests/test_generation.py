@@ -101,3 +101,17 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
     assert all(step.attention_macs > 0 for step in on_meta.steps)  # attention counted as attention (SDPA), not as products
     with pytest.raises(ValueError, match="num_beams"):
         count_generation(meta, input_ids=ids, max_new_tokens=NEW, num_beams=2)
+
+
+def test_deepspeeds_generate_mode_on_a_meta_model_says_what_counts_it():
+    """``get_model_profile(mode="generate")`` times ``generate()``, which a model on meta cannot run:
+    it failed with "Cannot copy out of meta tensor; no data!". It now names count_generation, which
+    counts the steps (here the prefill's 6 tokens and 2 decode steps)."""
+    from jitflops import get_model_profile
+
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=64)).eval()
+    ids = torch.randint(0, 100, (1, PROMPT))
+    with pytest.raises(ValueError, match="meta device.*count_generation"):
+        get_model_profile(model, kwargs=dict(input_ids=ids, max_new_tokens=NEW), mode="generate", print_profile=False, warm_up=0)
+    assert [(step.tokens, step.positions) for step in count_generation(model, input_ids=ids, max_new_tokens=NEW).steps] == [(6, 6), (1, 7), (1, 8)]

@@ -94,6 +94,10 @@ def _profile_generation(model: nn.Module, args: tuple, kwargs: dict, warm_up: in
     generate = getattr(model, "generate", None)
     if not callable(generate):
         raise TypeError(f"mode='generate' needs a model with a generate() method; {type(model).__name__} has none")
+    parameters = list(model.parameters())
+    if parameters and all(p.is_meta for p in parameters):
+        raise ValueError(f"mode='generate' times {type(model).__name__}.generate(), which needs the values a model on the meta device does not have: "
+                         "count_generation(model, input_ids, max_new_tokens=...) counts its steps without running it")
     for _ in range(warm_up):
         generate(*args, **kwargs)
     profiler = FlopsProfiler(model, measure_backward=False, peak_flops=peak_flops)
