@@ -294,3 +294,21 @@ def test_a_decode_step_on_meta_leaves_the_cache_given_as_it_was_and_counts_its_a
     with torch.no_grad():
         cpu_cache = on_the_cpu(input_ids=torch.zeros(1, 16, dtype=torch.long), use_cache=True).past_key_values
     assert FlopCountAnalysis(on_the_cpu, (), {"input_ids": torch.zeros(1, 1, dtype=torch.long), "past_key_values": cpu_cache}).by_operator() == by_hand
+
+
+def test_timing_a_model_on_meta_is_refused_and_says_what_to_do_instead():
+    """``time_model`` and the op table ran a model on the meta device (its ops run there without
+    computing) and gave their microseconds as its latency (a small Llama's embedding: 0.07 to
+    0.12 ms, the time of nothing). Both now refuse, naming counts and predicted time, which a
+    profile of the same model still gives (by hand: the Linear's MACs, twice as FLOPs)."""
+    from jitflops import profile_model, time_model
+
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    x = torch.randn(8, 64)
+    with pytest.raises(ValueError, match="on the meta device nothing runs.*predict its time"):
+        time_model(model, x)
+    with pytest.raises(ValueError, match="op table of Sequential"):
+        profile_model(model, x, with_ops=True)
+    profile = profile_model(model, x, device="h100")
+    assert profile.root.latency is None and profile.root.flops == 2 * 8 * 64 * 64 and profile.root.predicted_s > 0

@@ -28,7 +28,7 @@ from ..handles import ELEMENTWISE_FLOP_FORMULAS, FLOP_FORMULAS, Handle, ShapeFor
 from ..core.model_guard import preserved
 from ..core.running_module import failures_named, hookable_modules
 from ..core.model_io import ModelCall
-from ..timing.timed_pass import model_device
+from ..timing.timed_pass import model_device, refuse_meta
 
 MODULE_RANGE_PREFIX = "jitflops.module:"
 _OP_NAMESPACES = ("aten::", "c10d::", "_c10d_functional::")
@@ -194,6 +194,7 @@ def op_table(
     counts) give each its bytes, matched as the FLOP counts are."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
+    refuse_meta(model, call, "the op table of")
     device = model_device(model, call)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     ranges = _ModuleRanges(names)

@@ -34,6 +34,7 @@ from torch import nn
 from ..core.model_guard import preserved
 from ..core.running_module import failures_named, hookable_modules
 from ..core.model_io import ModelCall
+from ..frontends.meta_values import holds_meta
 
 try:
     import resource
@@ -285,6 +286,7 @@ def time_modules(
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
+    refuse_meta(model, call, "timing")
     device = model_device(model, call)
     clock = clock_for(device)
     recorder = ModuleCallRecorder(clock, names)
@@ -311,6 +313,14 @@ def time_modules(
                     handle.remove()
             collector.add_iteration(recorder.take_iteration())
     return TimedPass(collector.stats(), LatencyStats(tuple(timed)), LatencyStats(tuple(untimed)), collector.last_spans, str(device), warm_up, tuple(faults))
+
+
+def refuse_meta(model: nn.Module, call: ModelCall, what: str) -> None:
+    """Raise where ``model`` or ``call`` is on the meta device: its ops run there without computing
+    anything, in microseconds that are no device's time."""
+    if holds_meta(list(model.parameters()), call):
+        raise ValueError(f"{what} {type(model).__name__} measures it running, and on the meta device nothing runs: count it, "
+                         "or predict its time on a device (device='h100', a spec from 'jitflops calibrate')")
 
 
 def time_model(model: nn.Module, inputs: Any = (), kwargs: Optional[Mapping[str, Any]] = None, *, warm_up: int = 1, repeats: int = 5) -> TimedPass:
