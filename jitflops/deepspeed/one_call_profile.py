@@ -14,6 +14,7 @@ from ..reports.deepspeed_report import format_model_profile
 from ..profiling.ranks import is_writer
 from ..reports.file_output import write_text
 from ..profiling.generation import count_generation
+from ..frontends.meta_values import built_on_meta
 from .flops_profiler import FlopsProfiler
 from ..reports.formatting import deepspeed_macs, deepspeed_number, deepspeed_params
 from ..profiling.model_profile import ModelProfile
@@ -94,8 +95,7 @@ def _profile_generation(model: nn.Module, args: tuple, kwargs: dict, warm_up: in
     generate = getattr(model, "generate", None)
     if not callable(generate):
         raise TypeError(f"mode='generate' needs a model with a generate() method; {type(model).__name__} has none")
-    parameters = list(model.parameters())
-    if parameters and all(p.is_meta for p in parameters):
+    if built_on_meta(model):
         raise ValueError(f"mode='generate' times {type(model).__name__}.generate(), which needs the values a model on the meta device does not have: "
                          "count_generation(model, input_ids, max_new_tokens=...) counts its steps without running it")
     for _ in range(warm_up):

@@ -493,15 +493,21 @@ def holds_meta(parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
     return any(t.is_meta for t in [*parameters, *call.tensors()])
 
 
-def on_the_models_meta_device(model: nn.Module, call: ModelCall) -> ModelCall:
-    """``call`` with its tensors on the meta device where every parameter of ``model`` is there and
-    some of the call's tensors are not. Such a model is built under ``torch.device("meta")`` or
-    accelerate's ``init_empty_weights`` (which leaves the buffers on the CPU), and called on inputs
-    made as users make them, with ``torch.randint`` and ``torch.randn`` on the CPU; its forward
-    would mix the devices (a ViT's patch convolution refuses a CPU image, BERT's loss CPU labels).
-    No value is lost that a count on meta reads: it reads none (explicit masks count dense there)."""
+def built_on_meta(model: nn.Module) -> bool:
+    """Whether every parameter of ``model`` is on the meta device: built under
+    ``torch.device("meta")`` or accelerate's ``init_empty_weights`` (which leaves the buffers on the
+    CPU), with no values to run on."""
     parameters = list(model.parameters())
-    if not parameters or not all(p.is_meta for p in parameters) or all(t.is_meta for t in call.tensors()):
+    return bool(parameters) and all(p.is_meta for p in parameters)
+
+
+def on_the_models_meta_device(model: nn.Module, call: ModelCall) -> ModelCall:
+    """``call`` with its tensors on the meta device where ``model`` is :func:`built_on_meta` and some
+    of the call's tensors are not: made as users make inputs, with ``torch.randint`` and
+    ``torch.randn`` on the CPU. The forward would mix the devices (a ViT's patch convolution refuses
+    a CPU image, BERT's loss CPU labels). No value is lost that a count on meta reads: it reads none
+    (explicit masks count dense there)."""
+    if not built_on_meta(model) or all(t.is_meta for t in call.tensors()):
         return call
     args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.detach().to("meta").requires_grad_(t.requires_grad), (call.args, call.kwargs))
     return ModelCall(args, kwargs)

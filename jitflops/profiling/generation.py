@@ -19,6 +19,7 @@ from torch import nn
 
 from ..engine.flop_count import FlopCountAnalysis
 from ..estimates.generation_time import cache_after, generate_call
+from ..frontends.meta_values import built_on_meta
 from ..handles import short_op_name
 from ..handles.attention import ATTENTION_KERNELS, SEQUENCE_FIRST_KERNELS
 from ..core.model_io import ModelCall, is_stateful, tensors_inside
@@ -106,8 +107,7 @@ def count_generation(model: nn.Module, *args: Any, **kwargs: Any) -> GenerationC
     generate = getattr(model, "generate", None)
     if not callable(generate):
         raise TypeError(f"count_generation needs a model with a generate() method; {type(model).__name__} has none")
-    parameters = list(model.parameters())
-    calls = _calls_on_meta(model, args, kwargs) if parameters and all(p.is_meta for p in parameters) else _calls_of(model, generate, args, kwargs)
+    calls = _calls_on_meta(model, args, kwargs) if built_on_meta(model) else _calls_of(model, generate, args, kwargs)
     counted: dict[Hashable, tuple[int, int]] = {}
     steps = []
     for call in calls:
