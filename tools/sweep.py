@@ -6,10 +6,10 @@ and run eagerly. Where the forward runs, it is counted by both backends and by `
 then by the dispatch backend in training mode with its backward; a decoder (an architecture with a
 causal-LM head, given ids) is also counted mask-aware by both backends, without padding and
 left-padded; and the architecture built on the meta device, as a model too large to hold is built, is
-counted on the same inputs on meta and on the CPU (as users make them). The sweep reports per architecture: errors, unsupported ops, JIT != dispatch (either
-convention), totals below ``FlopCounterMode``'s (halved:
-it counts a multiply-add as two flops), and any parameter or buffer the counts did not give back as
-it was (values, ``requires_grad``, ``.grad``).
+counted on the same inputs on meta and on the CPU (as users make them). The sweep reports per
+architecture: errors, unsupported ops, JIT != dispatch (either convention), totals below
+``FlopCounterMode``'s (halved: it counts a multiply-add as two flops), the counts on meta, and any
+parameter or buffer the counts did not give back as it was (values, ``requires_grad``, ``.grad``).
 
     python tools/sweep.py                       # every architecture, results in tools/sweep_results.json
     python tools/sweep.py --only bert,llama     # some

@@ -80,7 +80,7 @@ def generate_call(model: nn.Module, ids: torch.Tensor, cached: int, cache: Any) 
     return call
 
 
-def cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
+def _cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
     """The KV cache a forward over ``ids`` leaves (on meta tensors)."""
     with torch.no_grad():
         cache = generation_cache(model(**generate_call(model, ids, 0, None)))
@@ -89,14 +89,20 @@ def cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
     return cache
 
 
+def decode_call(model: nn.Module, ids: torch.Tensor, cached: int) -> dict[str, Any]:
+    """The keyword arguments of the decode step ``generate`` makes for the last of ``ids`` after
+    ``cached`` positions, with the cache a forward over that many tokens leaves."""
+    longer = torch.zeros(ids.shape[0], cached, dtype=ids.dtype, device=ids.device)
+    return generate_call(model, ids[:, -1:], cached, _cache_after(model, longer))
+
+
 def generation_seconds(model: nn.Module, ids: torch.Tensor, new_tokens: int, seconds: Callable[[dict[str, Any]], float]) -> tuple[float, float, float]:
     """The prefill's, the first decode step's and the last one's seconds, each call made as
     ``generate`` makes it on ``model`` (a meta copy) and priced by ``seconds`` of its keyword arguments."""
-    batch, prompt = ids.shape
+    prompt = ids.shape[1]
 
     def decode_at(cached: int) -> float:
-        longer = torch.zeros(batch, cached, dtype=ids.dtype, device=ids.device)
-        return seconds(generate_call(model, ids[:, -1:], cached, cache_after(model, longer)))
+        return seconds(decode_call(model, ids, cached))
 
     prefill = seconds(generate_call(model, ids, 0, None))
     steps = new_tokens - 1

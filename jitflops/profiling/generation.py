@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..engine.flop_count import FlopCountAnalysis
-from ..estimates.generation_time import cache_after, generate_call
+from ..estimates.generation_time import decode_call, generate_call
 from ..frontends.meta_values import built_on_meta
 from ..handles import short_op_name
 from ..handles.attention import ATTENTION_KERNELS, SEQUENCE_FIRST_KERNELS
@@ -158,15 +158,12 @@ def _calls_on_meta(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> lis
     ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         raise ValueError(f"count_generation of {type(model).__name__}, on the meta device, needs the prompt's input_ids (batch, length)")
-    batch, prompt = ids.shape
+    prompt = ids.shape[1]
     config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
     limit = kwargs.get("max_new_tokens") or getattr(config, "max_new_tokens", None)
     new_tokens = limit if limit is not None else (kwargs.get("max_length") or getattr(config, "max_length", 20)) - prompt
     if new_tokens < 1:
         raise ValueError(f"count_generation: no token to generate from a prompt of {prompt} (max_new_tokens or max_length)")
     ids = ids.to("meta")
-    calls = [ModelCall((), generate_call(model, ids, 0, None))]
-    for cached in range(prompt, prompt + new_tokens - 1):
-        cache = cache_after(model, torch.zeros(batch, cached, dtype=ids.dtype, device="meta"))
-        calls.append(ModelCall((), generate_call(model, ids[:, -1:], cached, cache)))
-    return calls
+    decode = [ModelCall((), decode_call(model, ids, cached)) for cached in range(prompt, prompt + new_tokens - 1)]
+    return [ModelCall((), generate_call(model, ids, 0, None)), *decode]
