@@ -100,7 +100,8 @@ def test_gpt2_on_meta_with_the_usual_calls_matches_megatrons_forward_formula(gpt
 @pytest.mark.parametrize("call", list(_calls(1)))
 def test_the_dispatch_backend_and_a_profile_count_a_meta_model_with_the_usual_calls(gpt2, call):
     """The dispatch backend on meta, forward and (given labels) backward, with the calls users make:
-    Megatron's forward as above, and the backward twice it (its 3 passes). An all-ones mask failed
+    Megatron's forward as above, and the backward twice it (its 3 passes), plus the scores the CPU's
+    flash kernel recomputes in its backward (s²·h a layer), as the CPU counts it. An all-ones mask failed
     there: transformers reads a mask's values to drop it where it masks nothing, and a meta tensor
     has none; it is recorded on the path the JIT's count takes (the traced one), which reads none.
     A profile of the meta model (timed by default) counts it and times nothing, as does DeepSpeed's
@@ -114,7 +115,7 @@ def test_the_dispatch_backend_and_a_profile_count_a_meta_model_with_the_usual_ca
     assert forward.total() == pytest.approx(megatron, rel=0.005) and forward.counted_by == "dispatch"
     if "labels" in kwargs:
         step = FlopCountAnalysis(gpt2, (), kwargs, backend="dispatch", backward=True).unsupported_ops_warnings(False)
-        assert step.total() == pytest.approx(3 * megatron, rel=0.01)
+        assert step.total() == pytest.approx(3 * megatron + layers * tokens**2 * hidden, rel=0.001)
     profile = profile_model(gpt2, (), kwargs, device="h100")
     assert profile.root.latency is None and profile.summary.forward is None
     counted = FlopCountAnalysis(gpt2, (), kwargs).total()  # multiply-adds
@@ -312,3 +313,39 @@ def test_timing_a_model_on_meta_is_refused_and_says_what_to_do_instead():
         profile_model(model, x, with_ops=True)
     profile = profile_model(model, x, device="h100")
     assert profile.root.latency is None and profile.root.flops == 2 * 8 * 64 * 64 and profile.root.predicted_s > 0
+
+
+def _small_transformers() -> dict[str, tuple[type, object, dict[str, torch.Tensor]]]:
+    transformers = pytest.importorskip("transformers")
+    ids = torch.randint(0, 100, (2, 8))
+    text = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    sizes = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4)
+    return {
+        "ViT": (transformers.ViTForImageClassification, transformers.ViTConfig(**sizes, image_size=32, patch_size=8),
+                {"pixel_values": torch.randn(2, 3, 32, 32), "labels": torch.tensor([0, 1])}),
+        "Llama GQA": (transformers.LlamaForCausalLM, transformers.LlamaConfig(**sizes, num_key_value_heads=2, vocab_size=100), text),
+        "GPT-2": (transformers.GPT2LMHeadModel, transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100), text),
+    }
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("family", ["ViT", "Llama GQA", "GPT-2"])
+def test_a_backward_on_meta_counts_what_the_cpus_backward_counts(family, training):
+    """A backward counted on meta took attention's math path, which meta tensors take for every call,
+    where the CPU runs its flash kernel, whose backward recomputes the scores: the meta count missed
+    that recompute (a small ViT: 8,078,976 MACs against the CPU's 8,152,960). Attention on meta now
+    runs by the kernel torch would choose on the CPU: its flash kernel, or the math path for
+    attention that drops out (GPT-2 training). The reference is the same model's count on the CPU,
+    phase by phase; the ViT's recompute, by hand, is the scores once more in each layer."""
+    model_class, config, call = _small_transformers()[family]
+    torch.manual_seed(0)
+    on_the_cpu = model_class(config).train(training)
+    with torch.device("meta"):
+        on_meta = model_class(config).train(training)
+    expected = FlopCountAnalysis(on_the_cpu, (), call, backend="dispatch", backward=True).by_phase()
+    assert FlopCountAnalysis(on_meta, (), call, backend="dispatch", backward=True).by_phase() == expected
+    if family == "ViT":
+        layers, batch, heads, tokens, head_dim = 2, 2, 4, (32 // 8) ** 2 + 1, 16
+        assert expected["recompute"] == layers * batch * heads * tokens * tokens * head_dim
+    if family == "GPT-2" and training:
+        assert "recompute" not in expected  # dropout: the CPU's math path, which saves the scores

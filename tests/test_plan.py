@@ -634,8 +634,9 @@ def test_the_command_line_plans_the_layout_its_flags_name(capsys, tmp_path, buil
 def test_a_gpus_plan_runs_grouped_query_attention_by_one_fused_kernel_each_way():
     """FlashAttention takes grouped queries, so a plan on a GPU records one fused attention backward
     (its FLOPs 2.5 times the forward's, as torch.utils.flop_counter counts them); a CPU's recording
-    keeps the math path, which torch takes there (its flash kernel takes equal heads alone). Before,
-    a GPU's plan priced the math path's backward too: 40 times the forward at 4,096 tokens."""
+    runs the kernel torch chooses on the CPU for the same call (torch 2.13: its flash kernel, which
+    takes grouped queries; before, the recording kept the math path). Before, a GPU's plan priced the
+    math path's backward too: 40 times the forward at 4,096 tokens."""
     from torch.utils.flop_counter import sdpa_backward_flop, sdpa_flop
 
     recordings = ModelRecordings(_small_llama())
@@ -644,7 +645,11 @@ def test_a_gpus_plan_runs_grouped_query_attention_by_one_fused_kernel_each_way()
         recording, _, _ = recordings.recording(1, 1, 512, gpu=gpu)
         return {record.kind for scope, record in recording.records if record.phase != "forward" and scope.endswith("self_attn")}
     assert "aten::_scaled_dot_product_flash_attention_for_cpu_backward" in backward_kinds(True) and "aten::bmm" not in backward_kinds(True)
-    assert "aten::bmm" in backward_kinds(False)
+    query, grouped = torch.randn(1, 8, 16, 32), torch.randn(1, 4, 16, 32)
+    cpus_kernel = torch._fused_sdp_choice(query, grouped, grouped, is_causal=True, enable_gqa=True)  # torch's own choice, on real CPU tensors
+    by_flash = cpus_kernel == torch.nn.attention.SDPBackend.FLASH_ATTENTION.value
+    assert ("aten::_scaled_dot_product_flash_attention_for_cpu_backward" in backward_kinds(False)) == by_flash
+    assert ("aten::bmm" in backward_kinds(False)) == (not by_flash)
     block = recordings.costs(1, 1, 4096, device_spec("h100")).blocks[0]
     shape = (1, 8, 4096, 32)
     ratio = sdpa_backward_flop(shape, shape, shape, shape, shape) / sdpa_flop(shape, shape, shape)

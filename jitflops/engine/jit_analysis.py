@@ -429,11 +429,10 @@ class JitModelAnalysis:
 
     def _record_with_dispatch(self, model: nn.Module, call: ModelCall, aliases: Mapping[Any, str], backward: Optional[BackwardFn]) -> OpSource:
         """The dispatch backend's recording; the composite calls :meth:`_whole_calls` names recorded
-        whole, and in a forward on the meta device the calls a device runs whole where meta tensors
-        take their math path (:data:`~jitflops.frontends.dispatch_trace.WHOLE_CALLS`: attention), as
-        the CPU's recording has them. A backward keeps the math path: the CPU takes it for attention
-        that drops out, which a recording cannot know before the call."""
-        on_meta = backward is None and holds_meta(list(model.parameters()), call)
+        whole, and on the meta device the calls a device runs whole where meta tensors take their
+        math path (:data:`~jitflops.frontends.dispatch_trace.WHOLE_CALLS`: attention), run by the
+        kernel the CPU would choose for each, forward and backward, as the CPU's recording has them."""
+        on_meta = holds_meta(list(model.parameters()), call)
         whole = self._whole_calls() or (WHOLE_CALLS if on_meta else ())
         return record_with_dispatch(model, call, aliases, backward, whole=whole, count_bytecode=self._counts_bytecode())
 

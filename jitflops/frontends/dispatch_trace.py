@@ -36,7 +36,8 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.overrides import TorchFunctionMode
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.nn.attention import SDPBackend
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 from torch.utils.module_tracker import ModuleTracker
 
@@ -201,28 +202,50 @@ FUNCTION_LEVEL_OPS: dict[Callable[..., Any], str] = {
 }
 
 
+def _flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor], dropout_p: float,
+                     is_causal: bool, scale: Optional[float]) -> torch.Tensor:
+    """The CPU's flash kernel, one op forward and one backward: its meta kernels exist."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+
+
+def _the_cpu_takes_its_flash_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                                    dropout_p: float, is_causal: bool, scale: Optional[float], enable_gqa: bool) -> bool:
+    """Whether a CPU runs this call by its flash kernel: torch's own choice (``torch._fused_sdp_choice``),
+    asked of stand-ins on the CPU with the same sizes, dtypes and gradient flags, one row each,
+    expanded. Meta and fake tensors have a choice of their own, the math path. The CPU takes the math
+    path for attention that drops out and for a mask that needs a gradient (T5's learned position bias)."""
+    with _disable_current_modes():
+        stand_ins = [
+            None if tensor is None else torch.empty(tensor.shape[-1], dtype=tensor.dtype, requires_grad=tensor.requires_grad).expand(tensor.shape)
+            for tensor in (query, key, value, attn_mask)
+        ]
+        choice = torch._fused_sdp_choice(*stand_ins, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    return choice == SDPBackend.FLASH_ATTENTION.value
+
+
 def _attention_by_its_fused_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
                                    dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None, enable_gqa: bool = False) -> torch.Tensor:
-    """``scaled_dot_product_attention`` on meta or fake tensors as a device runs it: one fused kernel
-    forward, one backward (the CPU's flash kernel, whose meta kernels exist), where meta tensors take
-    its math path (products, a softmax, and their backward over the whole score matrix). Grouped
-    queries keep the math path: the CPU's flash kernel takes equal heads alone, and a CPU runs them
-    so. So does a mask that needs a gradient (T5's learned position bias): the flash kernel has no
-    gradient for it, and torch takes the math path there too."""
-    if (enable_gqa and key.shape[-3] != query.shape[-3]) or (attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled()):
-        return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+    """``scaled_dot_product_attention`` on meta or fake tensors as a CPU runs it: by its flash kernel,
+    one op forward and one backward, where a CPU would choose that kernel
+    (:func:`_the_cpu_takes_its_flash_kernel`); else by the math path, products, a softmax and their
+    backward over the whole score matrix, which meta tensors take for every call."""
+    if _the_cpu_takes_its_flash_kernel(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+        return _flash_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
 
 
 def _attention_by_a_gpus_fused_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
                                       dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None, enable_gqa: bool = False) -> torch.Tensor:
-    """``scaled_dot_product_attention`` as a GPU runs it: grouped queries too by one fused kernel
-    each way (FlashAttention's and cuDNN's take them), as the CPU's flash kernel runs them once the
-    keys' and values' heads are repeated (a step the whole call's record leaves out)."""
+    """``scaled_dot_product_attention`` as a GPU runs it: one fused kernel each way, grouped queries
+    and dropout too (FlashAttention's and cuDNN's take them), run here by the CPU's flash kernel once
+    the keys' and values' heads are repeated (a step the whole call's record leaves out). A mask that
+    needs a gradient keeps the math path."""
+    if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
+        return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         groups = query.shape[-3] // key.shape[-3]
         key, value = key.repeat_interleave(groups, dim=-3), value.repeat_interleave(groups, dim=-3)
-    return _attention_by_its_fused_kernel(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    return _flash_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 
 WHOLE_CALLS = ("aten::scaled_dot_product_attention",)

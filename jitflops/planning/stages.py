@@ -194,7 +194,7 @@ class ModelRecordings:
 
     def recording(self, tp: int, micro_batch: int, sequence: int, gpu: bool = False) -> tuple[DispatchTrace, nn.Module, list[str]]:
         """One training micro-batch of the cut copy on one rank of ``tp``; ``gpu``: its attention by a
-        GPU's fused kernels, which take grouped queries where a CPU's take the math path."""
+        GPU's fused kernels (grouped queries and dropout too); else by the kernel a CPU would choose."""
         key = (tp, micro_batch, sequence, gpu)
         if key not in self._recordings:
             twin, call, names = self._cut_copy(micro_batch, sequence)

@@ -4,9 +4,10 @@ masked one where it is given a mask (which it reads and adds), the decode curve 
 a few attend (a decode step's: bound by reading the cache, mask or not).
 
 On a CPU, attention that drops out (training's ``dropout_p > 0``) does not run fused: torch's CPU
-kernel has no dropout, and SDPA takes its math path. Its forward is then two batched products, a
-softmax over the scores, the dropout's draw of a mask and its multiply; its backward four batched
-products, the softmax's backward and the mask's multiply (:func:`math_path_seconds`)."""
+kernel has no dropout, and SDPA takes its math path. Its forward, recorded whole, is then two
+batched products, a softmax over the scores, the dropout's draw of a mask and its multiply
+(:func:`math_path_seconds`); its backward is recorded as the math path's own ops, which a recording
+runs where the CPU would (:mod:`jitflops.frontends.dispatch_trace`)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ ATTENTION_KERNELS = (
 )
 
 
-def math_path_seconds(op: OpRecord, spec: DeviceSpec, backward: bool) -> Optional[float]:
-    """SDPA's math path on ``spec``'s curves, its forward or its backward (None: a curve it needs is missing)."""
+def math_path_seconds(op: OpRecord, spec: DeviceSpec) -> Optional[float]:
+    """SDPA's math path's forward on ``spec``'s curves (None: a curve it needs is missing)."""
     pairs, head_dim, value_dim = attention_shape(op)
     dtype = dtype_key(compute_dtype(op))
     curves = [curve_of(spec, "bmm", dtype), curve_of(spec, "softmax"), curve_of(spec, "random"), curve_of(spec, "arithmetic")]
@@ -41,24 +42,12 @@ def math_path_seconds(op: OpRecord, spec: DeviceSpec, backward: bool) -> Optiona
         return None
     products, softmax, random, arithmetic = curves
     scores, values = 2.0 * pairs * head_dim, 2.0 * pairs * value_dim  # the FLOPs of the product that makes the scores, and of the one that weighs the values
-    if backward:  # the scores' and the values' gradients, each two products, the softmax's backward and the mask's multiply
-        return 2 * curve_seconds(products, scores) + 2 * curve_seconds(products, values) + curve_seconds(softmax, pairs) + curve_seconds(arithmetic, pairs)
     return curve_seconds(products, scores) + curve_seconds(products, values) + curve_seconds(softmax, pairs) + curve_seconds(random, pairs) + curve_seconds(arithmetic, pairs)
-
-
-def _drops_out_on_a_cpu(op: OpRecord, spec: DeviceSpec) -> bool:
-    return is_cpu_spec(spec) and (op.arg_or("dropout_p", 0.0) or 0.0) > 0
-
-
-@KERNEL_COSTS.register("aten::_scaled_dot_product_flash_attention_for_cpu_backward")
-def attention_backward_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
-    """A CPU's attention backward: the math path's where it drops out, else the roofline's (None)."""
-    return math_path_seconds(op, spec, backward=True) if _drops_out_on_a_cpu(op, spec) else None
 
 
 @KERNEL_COSTS.register(*ATTENTION_KERNELS)
 def attention_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: float) -> Optional[float]:
-    math_path = math_path_seconds(op, spec, backward=False) if _drops_out_on_a_cpu(op, spec) else None
+    math_path = math_path_seconds(op, spec) if is_cpu_spec(spec) and (op.arg_or("dropout_p", 0.0) or 0.0) > 0 else None
     if math_path is not None:
         return math_path
     query = op.input(0)
