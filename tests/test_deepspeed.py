@@ -431,6 +431,21 @@ def test_input_shape_uses_the_models_dtype_and_device():
     assert macs == 4 * 16 * 16 and params == 16 * 16 + 16
 
 
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_input_shape_on_a_model_of_token_ids_says_what_it_made(device):
+    """``input_shape`` makes a floating input, as DeepSpeed's does (its ``torch.ones(()).new_empty``
+    in the model's dtype), which an embedding refuses: the error names the embedding, and now says
+    what ``input_shape`` made and how to pass token ids (``args``), on the CPU and on meta."""
+    with torch.device(device):
+        model = nn.Sequential(nn.Embedding(100, 16), nn.Linear(16, 16))
+    with pytest.raises(Exception, match=r"module '0' \(Embedding\)") as raised:
+        get_model_profile(model, input_shape=(2, 8), print_profile=False, warm_up=0, repeats=1)
+    assert raised.value.__notes__ == ["input_shape made a random floating input of shape (2, 8), as DeepSpeed's does; a model that takes token ids "
+                                      "takes them by args, e.g. args=[torch.randint(0, vocabulary, (2, 8))]"]
+    ids = torch.randint(0, 100, (2, 8))
+    assert get_model_profile(model, args=[ids], print_profile=False, as_string=False, warm_up=0, repeats=1)[1] == 2 * 8 * 16 * 16
+
+
 def test_output_file_in_a_missing_directory(tmp_path):
     target = tmp_path / "new" / "deeper" / "profile.txt"
     get_model_profile(nn.Linear(4, 4), input_shape=(2, 4), output_file=str(target), warm_up=0, repeats=1)

@@ -10,6 +10,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
+from ..core.errors import JitflopsError, TraceError
 from ..reports.deepspeed_report import format_model_profile
 from ..profiling.ranks import is_writer
 from ..reports.file_output import write_text
@@ -39,6 +40,12 @@ def _input_of_shape(model: nn.Module, input_shape: Sequence[int]) -> torch.Tenso
     if parameter is None:
         return torch.randn(*input_shape)
     return torch.randn(*input_shape, dtype=parameter.dtype, device=parameter.device)
+
+
+def _failed_in_an_embedding(model: nn.Module, error: JitflopsError) -> bool:
+    """Whether ``error`` (or the trace error it was raised from) names an embedding of ``model`` as the module that failed."""
+    failed = next((each for each in (error, error.__cause__) if isinstance(each, TraceError)), None)
+    return failed is not None and isinstance(model.get_submodule(failed.scope), nn.Embedding)
 
 
 def get_model_profile(
@@ -74,11 +81,17 @@ def get_model_profile(
         args = (_input_of_shape(model, input_shape),)
     if not args and not kwargs:
         raise ValueError("give input_shape, or args and/or kwargs for the model's call")
-    with evaluating(model):
-        if mode == "forward":
-            profile = profile_model(model, tuple(args), dict(kwargs or {}), warm_up=warm_up, repeats=repeats, ignore_modules=tuple(ignore_modules or ()), peak_flops=peak_flops)
-        else:
-            profile = _profile_generation(model, tuple(args), dict(kwargs or {}), warm_up, tuple(ignore_modules or ()), peak_flops)
+    try:
+        with evaluating(model):
+            if mode == "forward":
+                profile = profile_model(model, tuple(args), dict(kwargs or {}), warm_up=warm_up, repeats=repeats, ignore_modules=tuple(ignore_modules or ()), peak_flops=peak_flops)
+            else:
+                profile = _profile_generation(model, tuple(args), dict(kwargs or {}), warm_up, tuple(ignore_modules or ()), peak_flops)
+    except JitflopsError as error:
+        if input_shape is not None and _failed_in_an_embedding(model, error):
+            error.add_note(f"input_shape made a random floating input of shape {tuple(input_shape)}, as DeepSpeed's does; a model that takes "
+                           f"token ids takes them by args, e.g. args=[torch.randint(0, vocabulary, {tuple(input_shape)})]")
+        raise
     if print_profile and is_writer():
         text = format_model_profile(profile, module_depth=module_depth, top_modules=top_modules, detailed=detailed)
         if output_file:
