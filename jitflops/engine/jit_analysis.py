@@ -25,7 +25,7 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from .counting import OpCount, Statistics, module_aliases, statistics_of
 from ..frontends.call_recording import record_calls
-from ..frontends.meta_values import CALLS_COMPUTE_BELOW_WORK, CALLS_PIXELS_PER_TOKEN, computes_by_default, holds_meta, on_the_models_meta_device
+from ..frontends.meta_values import CALLS_COMPUTE_BELOW_WORK, CALLS_PIXELS_PER_TOKEN, computes_by_default, counted_on_meta, holds_meta
 from ..frontends.dispatch_trace import WHOLE_CALLS, BackwardFn, default_backward, record_with_dispatch
 from ..core.errors import JitFallbackWarning, JitflopsError
 from ..frontends.program_source import ProgramSource, is_program_source
@@ -149,7 +149,8 @@ class JitModelAnalysis:
         self._sized_by_call = inputs is not None
         if backward and backend != "dispatch":
             raise ValueError("counting the backward pass needs backend='dispatch' (a JIT trace holds the forward only)")
-        self._model = model
+        self._given_model = model
+        """The model given (an exported program's modules); :attr:`_model` is what is counted."""
         self._inputs = inputs
         self._kwargs = kwargs
         self._backend = backend
@@ -158,7 +159,8 @@ class JitModelAnalysis:
         self._compute = compute
         self._given_call = ModelCall.from_user(() if inputs is None else inputs, kwargs)
         """The call as given; analyses of the same one share a recording (:meth:`share_trace`)."""
-        self._call = on_the_models_meta_device(model, self._given_call)
+        self._model, self._call = counted_on_meta(model, self._given_call)
+        model = self._model
         self._named_modules: dict[str, nn.Module] = dict(model.named_modules(remove_duplicate=False))
         self._aliases = module_aliases(model, self._named_modules)
         self._op_handles: dict[str, Handle] = {}
@@ -360,7 +362,7 @@ class JitModelAnalysis:
 
     def share_trace(self: T, other: "JitModelAnalysis") -> T:
         """Count from ``other``'s trace instead of tracing again (both must analyse the same call)."""
-        if other._model is not self._model or not other._given_call.is_same_call(self._given_call) or other._front_end_settings() != self._front_end_settings():
+        if other._given_model is not self._given_model or not other._given_call.is_same_call(self._given_call) or other._front_end_settings() != self._front_end_settings():
             raise ValueError("share_trace needs an analysis of the same model and inputs, with the same backend")
         self._trace = other.scoped_trace()
         self._fallback, self._counted_by = other._fallback, other._counted_by
@@ -369,8 +371,8 @@ class JitModelAnalysis:
 
     @property
     def _subject(self) -> Union[nn.Module, "torch.export.ExportedProgram"]:
-        """What was given to analyse: the model, or the exported program (``_model`` is then its modules)."""
-        return self._program if self._program is not None else self._model
+        """What was given to analyse: the model, or the exported program."""
+        return self._program if self._program is not None else self._given_model
 
     @property
     def backend(self) -> str:
