@@ -259,15 +259,17 @@ def test_a_meta_model_that_reads_a_value_is_sent_to_the_cpu_not_to_the_dispatch_
     """The error on meta suggested the dispatch backend, which runs the same forward and reads the
     same value (XLM, Longformer and the vision-language models that place image tokens by value
     failed there too). It now says the forward reads a value and to count the model built on the
-    CPU, which counts it (by hand: the Linear on the 5 positions the lengths keep)."""
+    CPU, which counts it (by hand: the Linear on the 5 positions the lengths keep); so does the
+    dispatch backend's error, which was torch's alone ("Tensor.item() cannot be called on meta tensors")."""
     with torch.device("meta"):
         model = _ReadsItsLength()
     x, lengths = torch.randn(2, 12, 8), torch.tensor([3, 5])
     with pytest.raises(Exception, match="reads a value, which no tensor on the meta device has.*count the model built on the CPU") as caught:
         FlopCountAnalysis(model, (x, lengths)).total()
     assert "backend='dispatch'" not in str(caught.value)
-    with pytest.raises(Exception, match="item"):
+    with pytest.raises(Exception, match="item") as caught:
         FlopCountAnalysis(model, (x, lengths), backend="dispatch").total()  # why it is not suggested
+    assert "count the model built on the CPU" in caught.value.__notes__[0]  # said there too (it was torch's error alone)
     assert FlopCountAnalysis(_ReadsItsLength(), (x, lengths)).total() == 2 * 5 * 8 * 8
 
 

@@ -536,6 +536,11 @@ META_VALUE_READS = ("cannot be called on meta tensors", "Cannot copy out of meta
 ``tolist()``, ``torch.equal``, ``nonzero``, ``repeat_interleave`` of counts (Qwen-VL's vision towers)."""
 
 
+READS_A_VALUE = ("its forward reads a value, which no tensor on the meta device has (jitflops never allocates them): count the model built "
+                 "on the CPU, whose call is traced on a meta copy where it can be, and on its values where it reads them")
+"""What to do about a model on the meta device whose forward reads a value (:func:`reads_a_meta_value`)."""
+
+
 def reads_a_meta_value(error: Optional[BaseException]) -> bool:
     """Whether ``error`` is a meta tensor's refusal to give a value (it has none)."""
     return isinstance(error, (RuntimeError, NotImplementedError)) and any(words in str(error) for words in META_VALUE_READS)

@@ -45,7 +45,7 @@ from torch.jit import TracerWarning
 
 from .data_dependence import TraceWarnings
 from ..core.errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
-from .meta_values import computes_by_default, meta_kernels_for_tracing, empty_copy, holds_meta, lost_values, meta_blocker, reads_a_meta_value
+from .meta_values import READS_A_VALUE, computes_by_default, meta_kernels_for_tracing, empty_copy, holds_meta, lost_values, meta_blocker, reads_a_meta_value
 from .jit_fallback import USE_DISPATCH, is_compiled
 from ..core.model_guard import preserved
 from ..core.model_io import FlatCall, ModelCall
@@ -283,9 +283,7 @@ def _trace_without_computing(
         except Exception as error:
             if reads_a_meta_value(error.__cause__ or error):  # the dispatch backend runs the same forward: it would read it too
                 raise JitflopsError(
-                    f"the model on the meta device could not be traced there: {error}; its forward reads a value, which no tensor on "
-                    "the meta device has (jitflops never allocates them): count the model built on the CPU, whose call is traced "
-                    "on a meta copy where it can be, and on its values where it reads them"
+                    f"the model on the meta device could not be traced there: {error}; {READS_A_VALUE}"
                 ) from error
             raise JitflopsError(
                 f"the model on the meta device could not be traced there: {error}; where it needs values it does not have "
