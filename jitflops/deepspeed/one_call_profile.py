@@ -45,7 +45,7 @@ def _input_of_shape(model: nn.Module, input_shape: Sequence[int]) -> torch.Tenso
 def _failed_in_an_embedding(model: nn.Module, error: JitflopsError) -> bool:
     """Whether ``error`` (or the trace error it was raised from) names an embedding of ``model`` as the module that failed."""
     failed = next((each for each in (error, error.__cause__) if isinstance(each, TraceError)), None)
-    return failed is not None and isinstance(model.get_submodule(failed.scope), nn.Embedding)
+    return failed is not None and isinstance(dict(model.named_modules()).get(failed.scope), nn.Embedding)  # a lookup that cannot raise over the error
 
 
 def get_model_profile(
