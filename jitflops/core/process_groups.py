@@ -14,6 +14,7 @@ from typing import Any, Optional
 import torch
 
 from .imported_classes import imported_class
+from .tied_weights import distinct_named_parameters
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def compute_numels(model: Any) -> dict[str, int]:
 
     sharded_by_fsdp: Optional[bool] = None
     numels = {}
-    for name, parameter in model.named_parameters():
+    for name, parameter in distinct_named_parameters(model):
         if isinstance(parameter, UninitializedTensorMixin):
             numels[name] = 0
             continue

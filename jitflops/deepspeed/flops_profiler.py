@@ -45,6 +45,7 @@ from ..profiling.hierarchy import ModuleProfile, build_hierarchy, combined_trees
 from ..estimates.memory_estimate import MemoryEstimate
 from ..engine.counting import module_aliases
 from ..core.model_io import ModelCall
+from ..core.tied_weights import distinct_parameters
 from ..profiling.model_profile import ModelProfile, ParallelSizes, ProfileSummary, profile_convention
 from ..timing.peak_flops import model_peak_flops
 from ..profiling.profile import backward_macs_of, count_model, training_step_analysis
@@ -283,7 +284,7 @@ class FlopsProfiler:
             module.__dict__.update(
                 __flops__=flops,
                 __macs__=macs,
-                __params__=sum(p.numel() for p in module.parameters()),
+                __params__=sum(p.numel() for p in distinct_parameters(module)),
                 __duration__=durations[name].median if name in durations else 0.0,
             )
 
@@ -357,7 +358,7 @@ class FlopsProfiler:
         return deepspeed_number(self._running(1)) if as_string else self._running(1)
 
     def get_total_params(self, as_string: bool = False) -> Any:
-        params = sum(p.numel() for p in self.model.parameters())
+        params = sum(p.numel() for p in distinct_parameters(self.model))
         return deepspeed_params(params) if as_string else params
 
     def get_total_duration(self, as_string: bool = False) -> Any:

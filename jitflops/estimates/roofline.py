@@ -22,6 +22,7 @@ from torch import nn
 from ..core.op_source import OpSource
 from ..core.process_groups import is_dtensor
 from ..core.records import FORWARD, OpRecord
+from ..core.tied_weights import distinct_parameters
 from ..engine.counting import Statistics, run_handle, statistics_of
 from ..engine.jit_analysis import JitModelAnalysis
 from ..frontends.dispatch_trace import WHOLE_CALLS
@@ -121,7 +122,7 @@ class PredictedTimeAnalysis(JitModelAnalysis):
         self._given, self._mode = device_spec(device), mode
         self._spec = self._given  # a model whose weights the cache holds reads them from it
         if isinstance(model, nn.Module):
-            self._spec = self._given.for_weights(sum(tensor.numel() * tensor.element_size() for tensor in model.parameters()))
+            self._spec = self._given.for_weights(sum(tensor.numel() * tensor.element_size() for tensor in distinct_parameters(model)))
         if mode == "graph" and is_cpu_spec(self._spec):
             raise ValueError(f"mode='graph': CUDA graphs replay a GPU's kernels, and {self._spec.name!r} is a CPU's spec")
         if isinstance(model, nn.Module):

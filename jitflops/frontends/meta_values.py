@@ -31,7 +31,7 @@ import functools
 import math
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, Hashable, Iterator, Mapping, Optional, Sequence
 
 import torch
 from torch.nn.utils import parametrize
@@ -43,6 +43,7 @@ from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils import _pytree as pytree
 
 from ..core.model_io import ModelCall, is_stateful
+from ..core.tied_weights import has_broken_ties, values_key
 
 COMPUTE_BELOW_WORK = 2e9
 """Calls estimated below this many parameter-tokens (a dense model does about 2 x parameters x
@@ -356,10 +357,13 @@ def meta_kernels_for_tracing() -> ContextManager[None]:
     return meta_kernels(TRACING_META_KERNELS)
 
 
-def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[int, torch.Tensor], fake_mode: Optional[FakeTensorMode] = None) -> torch.Tensor:
+def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[Hashable, torch.Tensor], fake_mode: Optional[FakeTensorMode] = None) -> torch.Tensor:
     """A tensor like ``tensor`` on ``device``, without values (a Parameter stays a Parameter); one
-    per tensor, so shared weights stay shared. With ``fake_mode``, a fake tensor of it."""
-    if id(tensor) not in swapped:
+    per set of values (:func:`~jitflops.core.tied_weights.values_key`), so shared weights stay
+    shared, and ties that ``init_empty_weights`` broke are made again. With ``fake_mode``, a fake
+    tensor of it."""
+    key = values_key(tensor)
+    if key not in swapped:
         if fake_mode is None:
             empty = torch.empty_like(tensor, device=device)
         else:
@@ -367,8 +371,8 @@ def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[int, torch.Tens
                 empty = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=device)
         kind = type(tensor)  # isinstance(tensor, nn.Parameter) runs the Parameter metaclass's Python: asked only of subclasses
         is_parameter = kind is nn.Parameter or (kind is not torch.Tensor and isinstance(tensor, nn.Parameter))
-        swapped[id(tensor)] = nn.Parameter(empty, requires_grad=tensor.requires_grad) if is_parameter else empty.requires_grad_(tensor.requires_grad)
-    return swapped[id(tensor)]
+        swapped[key] = nn.Parameter(empty, requires_grad=tensor.requires_grad) if is_parameter else empty.requires_grad_(tensor.requires_grad)
+    return swapped[key]
 
 
 def _plain(tensor: torch.Tensor) -> bool:
@@ -470,7 +474,7 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     tables of hooks (the user's hooks in them), since what runs on it may register more (FSDP2,
     tensor parallelism, activation checkpointing).
     """
-    swapped: dict[int, torch.Tensor] = {}
+    swapped: dict[Hashable, torch.Tensor] = {}
     copies: dict[nn.Module, nn.Module] = {}
     pending = [model]
     while pending:  # every module once, shared ones too
@@ -507,12 +511,14 @@ def counted_on_meta(model: nn.Module, call: ModelCall) -> tuple[nn.Module, Model
     are all on meta (:func:`empty_copy`), and the call's: transformers leaves one on the CPU in 29
     of 631 architectures built under ``torch.device("meta")`` (the legacy ``torch.Tensor(n)``
     ignores the default device: wav2vec2's ``masked_spec_embed``, XLNet's attention weights,
-    Mask2Former's ``level_embed``), and their forwards would mix the devices. Else the model itself,
+    Mask2Former's ``level_embed``), and their forwards would mix the devices. So too where its ties
+    were broken (:func:`~jitflops.core.tied_weights.has_broken_ties`): the copy ties them again, and
+    a backward accumulates their gradients as the loaded model's does. Else the model itself,
     on :func:`on_the_models_meta_device` of the call; so too a model with a parametrized module,
     which refuses copies (wav2vec2's convolutional position embedding, under weight norm: its
     stray ``masked_spec_embed`` is used in training alone)."""
     strays = built_on_meta(model) and not all(t.is_meta for t in [*model.parameters(), *model.buffers()])
-    if strays and not any(parametrize.is_parametrized(module) for module in model.modules()):
+    if (strays or has_broken_ties(model)) and not any(parametrize.is_parametrized(module) for module in model.modules()):
         twin, twin_call, _ = empty_copy(model, call)
         return twin, twin_call
     return model, on_the_models_meta_device(model, call)
