@@ -211,28 +211,33 @@ def test_a_model_built_on_meta_is_counted_on_inputs_made_on_the_cpu(family, buil
     assert not any(t.is_meta for t in call.values())  # the user's inputs stay where they were
 
 
-@pytest.mark.parametrize("family", ["GPT-2", "Llama"])
+@pytest.mark.parametrize("family", ["GPT-2", "Llama", "T5"])
 def test_ties_that_init_empty_weights_broke_are_counted_once(family):
     """accelerate's ``init_empty_weights`` wraps each parameter it registers in a new Parameter, so a
     tie made by assignment (transformers' head and embeddings) leaves two Parameters over one meta
     storage. Each count saw two: a tied Llama of a 1,000-token vocabulary had 202,048 parameters for
-    its 138,048, its AdamW step 3,745,300 bytes for 2,793,240. Every count now equals the CPU-built
-    model's (torch's ``parameters()``, which holds the tie), and the user's model keeps its two
-    Parameters."""
+    its 138,048, its AdamW step 3,745,300 bytes for 2,793,240; T5's table, four times over. Every count now
+    equals the CPU-built model's (torch's ``parameters()``, which holds the tie), and the user's
+    model keeps its Parameters."""
     from jitflops import FlopsProfiler, get_model_profile, memory_footprint, parameter_count
 
     accelerate = pytest.importorskip("accelerate")
     transformers = pytest.importorskip("transformers")
-    small = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=True)
-    config = transformers.LlamaConfig(**small) if family == "Llama" else transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000)
+    config, copies = {
+        "GPT-2": (transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000), 1),  # the head
+        "Llama": (transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                                           vocab_size=1000, tie_word_embeddings=True), 1),
+        "T5": (transformers.T5Config(num_layers=2, d_model=64, d_ff=128, num_heads=4, d_kv=16, vocab_size=1000, decoder_start_token_id=0), 3),  # both embeddings and the head
+    }[family]
     ids = torch.randint(0, 1000, (2, 8))
     call = {"input_ids": ids, "labels": ids}
-    cpu = transformers.AutoModelForCausalLM.from_config(config)
+    model_class = transformers.T5ForConditionalGeneration if family == "T5" else transformers.AutoModelForCausalLM.from_config
+    cpu = model_class(config)
     with accelerate.init_empty_weights():
-        model = transformers.AutoModelForCausalLM.from_config(config)
+        model = model_class(config)
     untied = sum(p.numel() for p in model.parameters())
     tied = sum(p.numel() for p in cpu.parameters())
-    assert untied == tied + 1000 * 64  # the head counted twice by torch itself
+    assert untied == tied + copies * 1000 * 64  # the table counted again by torch itself
     assert parameter_count(model)[""] == tied
     assert get_model_profile(model, kwargs=call, print_profile=False, as_string=False)[2] == tied
     profiler = FlopsProfiler(model)
