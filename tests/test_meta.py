@@ -247,6 +247,10 @@ def test_ties_that_init_empty_weights_broke_are_counted_once(family):
     profiler.end_profile()
     assert memory_footprint(model, (), call, train="adamw").needed() == memory_footprint(cpu, (), call, train="adamw").needed()
     assert sum(p.numel() for p in model.parameters()) == untied  # the user's model as it was
+    # cast, each of the two has a storage of its own: the tie the model declares (its config's) holds them together
+    model.to(torch.bfloat16)
+    assert parameter_count(model)[""] == tied
+    assert memory_footprint(model, (), call, train="adamw").needed() == memory_footprint(cpu.to(torch.bfloat16), (), call, train="adamw").needed()
 
 
 class _MaskedSoftmaxAttention(torch.nn.Module):

@@ -43,7 +43,7 @@ from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils import _pytree as pytree
 
 from ..core.model_io import ModelCall, is_stateful
-from ..core.tied_weights import has_broken_ties, values_key
+from ..core.tied_weights import has_broken_ties, value_keys, values_key
 
 COMPUTE_BELOW_WORK = 2e9
 """Calls estimated below this many parameter-tokens (a dense model does about 2 x parameters x
@@ -357,12 +357,13 @@ def meta_kernels_for_tracing() -> ContextManager[None]:
     return meta_kernels(TRACING_META_KERNELS)
 
 
-def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[Hashable, torch.Tensor], fake_mode: Optional[FakeTensorMode] = None) -> torch.Tensor:
+def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[Hashable, torch.Tensor], keys: Mapping[int, Hashable],
+                fake_mode: Optional[FakeTensorMode] = None) -> torch.Tensor:
     """A tensor like ``tensor`` on ``device``, without values (a Parameter stays a Parameter); one
-    per set of values (:func:`~jitflops.core.tied_weights.values_key`), so shared weights stay
-    shared, and ties that ``init_empty_weights`` broke are made again. With ``fake_mode``, a fake
-    tensor of it."""
-    key = values_key(tensor)
+    per set of values (``keys``: the model's parameters', :func:`~jitflops.core.tied_weights.value_keys`;
+    else :func:`~jitflops.core.tied_weights.values_key`), so shared weights stay shared, and ties
+    that ``init_empty_weights`` broke are made again. With ``fake_mode``, a fake tensor of it."""
+    key = keys[id(tensor)] if id(tensor) in keys else values_key(tensor)
     if key not in swapped:
         if fake_mode is None:
             empty = torch.empty_like(tensor, device=device)
@@ -475,6 +476,7 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     tensor parallelism, activation checkpointing).
     """
     swapped: dict[Hashable, torch.Tensor] = {}
+    keys = value_keys(model)
     copies: dict[nn.Module, nn.Module] = {}
     pending = [model]
     while pending:  # every module once, shared ones too
@@ -483,13 +485,13 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
             copies[module] = _module_copy(module)
             pending.extend(child for child in module._modules.values() if child is not None)
     for module, twin in copies.items():
-        twin.__dict__["_parameters"] = {name: None if p is None else _empty_like(p, device, swapped, fake_mode) for name, p in module._parameters.items()}
-        twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped, fake_mode) for name, b in module._buffers.items()}
+        twin.__dict__["_parameters"] = {name: None if p is None else _empty_like(p, device, swapped, keys, fake_mode) for name, p in module._parameters.items()}
+        twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped, keys, fake_mode) for name, b in module._buffers.items()}
         twin.__dict__.update({name: copy.copy(value) for name, value in vars(module).items() if name.endswith("hooks") or name.endswith("hooks_with_kwargs") or name.endswith("always_called")})
         twin.__dict__["_modules"] = {name: None if child is None else copies[child] for name, child in module._modules.items()}
     twin = copies[model]
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
-    args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped, fake_mode) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
+    args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped, keys, fake_mode) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
     return twin, ModelCall(args, kwargs), copies
 
 
