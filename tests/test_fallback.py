@@ -268,6 +268,22 @@ def test_flops_profiler_counts_a_model_the_jit_cannot_trace():
     assert profile.summary.counted_by == "dispatch" and "torch.compile" in profile.summary.fallback_reason
 
 
+def test_a_compiled_models_memory_and_training_step_are_estimated_on_the_module_it_wraps():
+    """``torch.compile``'s wrapper calls the user's module from its ``forward``: the estimates' copy
+    with fake tensors called the user's module with its real weights, and failed ("Please convert
+    all Tensors to FakeTensors first"). The copy now calls its copy of the wrapped module, eagerly:
+    the estimates are the uncompiled model's, its weights and AdamW's state by hand."""
+    from jitflops import memory_footprint, predict_training_step
+
+    model, x = _mlp(), torch.randn(4, 16)
+    compiled = torch.compile(model)
+    weights = (16 * 32 + 32 + 32 * 8 + 8) * 4
+    estimate = memory_footprint(compiled, (x,), train="adamw")
+    assert estimate.needed() == memory_footprint(model, (x,), train="adamw").needed()
+    assert estimate.model.parameters == weights and estimate.model.optimizer_state == 2 * weights + 4 * 4  # two moments, and a step count a tensor
+    assert predict_training_step(compiled, (x,), device="h100") == predict_training_step(model, (x,), device="h100")
+
+
 def test_the_command_line_counts_a_model_the_jit_cannot_trace(tmp_path):
     (tmp_path / "compiled_factory.py").write_text(
         "import torch\nfrom torch import nn\n\n"

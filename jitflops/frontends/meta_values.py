@@ -42,6 +42,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils import _pytree as pytree
 
+from ..core.imported_classes import imported_class
 from ..core.model_io import ModelCall, is_stateful
 from ..core.tied_weights import has_broken_ties, value_keys, values_key
 
@@ -473,10 +474,12 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     module with ``copy.copy`` and new parameter, buffer and child tables. The user's model is not
     touched, so other threads may keep using it while the copy is traced. The copy also has its own
     tables of hooks (the user's hooks in them), since what runs on it may register more (FSDP2,
-    tensor parallelism, activation checkpointing).
+    tensor parallelism, activation checkpointing). A ``torch.compile`` wrapper's copy calls its
+    copy of the module it wraps, eagerly (the wrapper's ``forward`` calls the user's module).
     """
     swapped: dict[Hashable, torch.Tensor] = {}
     keys = value_keys(model)
+    compiled = imported_class("torch._dynamo.eval_frame", "OptimizedModule")
     copies: dict[nn.Module, nn.Module] = {}
     pending = [model]
     while pending:  # every module once, shared ones too
@@ -489,6 +492,8 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
         twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped, keys, fake_mode) for name, b in module._buffers.items()}
         twin.__dict__.update({name: copy.copy(value) for name, value in vars(module).items() if name.endswith("hooks") or name.endswith("hooks_with_kwargs") or name.endswith("always_called")})
         twin.__dict__["_modules"] = {name: None if child is None else copies[child] for name, child in module._modules.items()}
+        if compiled is not None and isinstance(module, compiled):  # torch.compile's wrapper calls the user's module: the copy calls its copy, eagerly
+            twin.__dict__.update({name: copies[module._modules["_orig_mod"]] for name in ("forward", "_forward") if name in vars(module)})
     twin = copies[model]
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
     args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped, keys, fake_mode) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
