@@ -58,6 +58,28 @@ def test_llama_with_grouped_query_attention():
     assert count.decode_macs_per_token == (count.decode[0].macs + count.decode[1].macs) / 2
 
 
+def test_a_compiled_models_generate_is_counted_and_predicted_as_the_module_it_wraps_runs_it():
+    """``torch.compile(model).generate`` is the wrapped module's ``generate`` (the wrapper hands it
+    over), and it calls that module, uncompiled. Its count had no step at all (the calls went past
+    the wrapper), on meta the prefill's whole logits, and ``predict_generation`` lost generate's own
+    work. Now each is the wrapped module's: the hand count of the Llama test, its prediction."""
+    from jitflops import predict_generation
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100)
+    model = transformers.LlamaForCausalLM(config).eval()
+    per_token, logits = 2 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128), 64 * 100
+    count = _generate(torch.compile(model))
+    assert [step.macs for step in count.steps] == [PROMPT * per_token + _attention(2, 4, 16, 6, 6) + logits,
+                                                    *(per_token + _attention(2, 4, 16, 1, p) + logits for p in (7, 8))]
+    with torch.device("meta"):
+        on_meta = transformers.LlamaForCausalLM(config)
+    assert _generate(torch.compile(on_meta)).steps == count.steps
+    ids = torch.randint(0, 100, (1, PROMPT))
+    assert predict_generation(torch.compile(model), ids, NEW, device="h100") == predict_generation(model, ids, NEW, device="h100")
+
+
 def test_get_model_profile_in_generate_mode_shows_prefill_and_decode_steps(capsys):
     from jitflops import get_model_profile
 

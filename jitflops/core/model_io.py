@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from .imported_classes import imported_class
+
 
 @dataclass(frozen=True, eq=False)
 class ModelCall:
@@ -115,6 +117,14 @@ def tensors_inside(value: Any, depth: int = 3) -> list[torch.Tensor]:
     else:
         return []
     return [tensor for child in children for tensor in tensors_inside(child, depth - 1)]
+
+
+def generating_module(model: nn.Module) -> nn.Module:
+    """The module whose forward ``model.generate`` calls: ``model``, or the module a ``torch.compile``
+    wrapper wraps, to which the wrapper hands ``generate`` (its ``__getattr__``), and which calls
+    itself, uncompiled."""
+    compiled = imported_class("torch._dynamo.eval_frame", "OptimizedModule")
+    return model._modules["_orig_mod"] if compiled is not None and isinstance(model, compiled) else model
 
 
 def generation_cache(output: Any) -> Any:

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..core.model_io import ModelCall, generation_cache, tensors_inside
+from ..core.model_io import ModelCall, generating_module, generation_cache, tensors_inside
 from ..frontends.meta_values import empty_copy
 from .devices import DeviceSpec, device_spec
 from .roofline import DeviceLike, PredictedTimeAnalysis
@@ -172,7 +172,7 @@ def predict_generation(model: nn.Module, input_ids: torch.Tensor, new_tokens: in
     if new_tokens < 1:
         raise ValueError(f"new_tokens must be at least 1, got {new_tokens}")
     spec = device_spec(device)
-    twin, call, _ = empty_copy(model, ModelCall((), {"input_ids": input_ids}))
+    twin, call, _ = empty_copy(generating_module(model), ModelCall((), {"input_ids": input_ids}))
 
     weight_bytes = sum(parameter.numel() * parameter.element_size() for parameter in twin.parameters())
 

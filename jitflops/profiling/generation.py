@@ -22,7 +22,7 @@ from ..estimates.generation_time import decode_call, generate_call
 from ..frontends.meta_values import built_on_meta
 from ..handles import short_op_name
 from ..handles.attention import ATTENTION_KERNELS, SEQUENCE_FIRST_KERNELS
-from ..core.model_io import ModelCall, is_stateful, tensors_inside
+from ..core.model_io import ModelCall, generating_module, is_stateful, tensors_inside
 
 _ATTENTION_KEYS = frozenset(short_op_name(kind) for kind in ("aten::scaled_dot_product_attention", *ATTENTION_KERNELS, *SEQUENCE_FIRST_KERNELS))
 
@@ -103,7 +103,9 @@ def count_generation(model: nn.Module, *args: Any, **kwargs: Any) -> GenerationC
     it makes (the JIT, or the dispatch backend where the JIT cannot trace the model).
 
     A model on the meta device has no values to generate with: it is not run, and its forwards are
-    made as ``generate`` makes them (:func:`_calls_on_meta`)."""
+    made as ``generate`` makes them (:func:`_calls_on_meta`). A ``torch.compile`` wrapper's
+    ``generate`` runs the module it wraps, uncompiled: that module is counted."""
+    model = generating_module(model)
     generate = getattr(model, "generate", None)
     if not callable(generate):
         raise TypeError(f"count_generation needs a model with a generate() method; {type(model).__name__} has none")
