@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from jitflops import ActivationCountAnalysis, FlopCountAnalysis, FlopsProfiler, HandleError, JitFallbackWarning, ShapeFormula, TraceError, flop_count_table, format_model_profile, parameter_count_table, profile_model, time_model
+from jitflops import ActivationCountAnalysis, FlopCountAnalysis, FlopsProfiler, HandleError, JitFallbackWarning, JitflopsError, ShapeFormula, TraceError, flop_count_table, format_model_profile, parameter_count_table, profile_model, time_model
 from jitflops.core import model_guard
 from jitflops.examples import ConvNet, LSTMTagger
 
@@ -268,6 +268,21 @@ def test_scripted_submodules_are_counted_by_dispatch_and_named_under_the_jit():
         assert FlopCountAnalysis(model, x).total() == 3 * 4 * 4 + 5 * 3 * 4 + 3 * 4 * 2
     time_model(model, x, repeats=2)
     assert_same_state(before, model_state(model))  # batch-norm statistics of the scripted block included
+
+
+def test_estimates_of_a_model_with_a_scripted_submodule_name_it():
+    """A TorchScript module's compiled code holds its own weights, which the estimates' copy without
+    values cannot replace: memory and the training step's time failed inside the TorchScript
+    interpreter with an empty ``RuntimeError``. They now name the module and what to do, and the
+    model is as it was."""
+    from jitflops import memory_footprint, predict_training_step
+
+    model, x = _with_scripted_block(), torch.randn(3, 4)
+    before = model_state(model)
+    for estimate in (lambda: memory_footprint(model, (x,)), lambda: predict_training_step(model, (x,), device="h100")):
+        with pytest.raises(JitflopsError, match=r"module '0' is a TorchScript module.*estimate the model with the module unscripted"):
+            estimate()
+    assert_same_state(before, model_state(model))
 
 
 def test_a_forward_that_raises_while_timed_names_the_module():

@@ -42,6 +42,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils import _pytree as pytree
 
+from ..core.errors import JitflopsError
 from ..core.imported_classes import imported_class
 from ..core.model_io import ModelCall, is_stateful
 from ..core.tied_weights import has_broken_ties, value_keys, values_key
@@ -381,10 +382,15 @@ def _plain(tensor: torch.Tensor) -> bool:
     return type(tensor) in (torch.Tensor, nn.Parameter)
 
 
+SCRIPTED = "a TorchScript module, whose compiled code holds its own weights, which a copy without values cannot replace"
+
+
 def module_blocker(name: str, module: nn.Module) -> Optional[str]:
     """Why ``module`` (the model's module ``name``) cannot run on meta values (None: it can try)."""
     if isinstance(module, nn.MultiheadAttention):
         return f"{name or 'the model'} is a MultiheadAttention, whose fused eval path runs for CPU and CUDA tensors only"
+    if isinstance(module, torch.jit.ScriptModule):
+        return f"{name or 'the model'} is {SCRIPTED}"
     for key, tensor in [*module._parameters.items(), *module._buffers.items()]:
         if tensor is not None and not _plain(tensor):
             return f"{f'{name}.{key}' if name else key} is a {type(tensor).__name__}"
@@ -484,6 +490,9 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     pending = [model]
     while pending:  # every module once, shared ones too
         module = pending.pop()
+        if isinstance(module, torch.jit.ScriptModule):
+            name = next(name for name, each in model.named_modules() if each is module)
+            raise JitflopsError(f"{f'module {name!r}' if name else 'the model'} is {SCRIPTED}: estimate the model with the module unscripted")
         if module not in copies:
             copies[module] = _module_copy(module)
             pending.extend(child for child in module._modules.values() if child is not None)
