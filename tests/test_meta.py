@@ -395,6 +395,38 @@ def test_a_backward_on_meta_counts_what_the_cpus_backward_counts(family, trainin
         assert "recompute" not in expected  # dropout: the CPU's math path, which saves the scores
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_a_model_with_gradient_checkpointing_is_counted_and_predicted_on_meta_and_the_cpu(reentrant):
+    """transformers' ``gradient_checkpointing_enable()``: the backward runs each layer's forward again,
+    in the backward, where torch turns every torch function mode off, so attention there runs
+    natively. On meta (and on fake tensors, a training step's prediction) the forward ran attention
+    by its fused stand-in instead, and the recomputed tensors were not those saved: the backward's
+    count on meta and ``predict_training_step`` on the CPU and on meta raised ``CheckpointError``. A
+    checkpointed layer's attention now runs as its recomputation will. The CPU's count is torch's
+    ``FlopCounterMode`` of the same step, which has no formula for the CPU's flash kernel, plus that
+    kernel by hand (forward, the recomputation's forward, and a backward of 2.5 forwards); on meta the
+    phases are the CPU's but the flash backward's recompute of the scores (the math path's backward)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from jitflops import predict_training_step
+
+    model_class, config, call = _small_transformers()["Llama GQA"]
+    torch.manual_seed(0)
+    on_the_cpu = model_class(config).train()
+    with torch.device("meta"):
+        on_meta = model_class(config).train()
+    for model in (on_the_cpu, on_meta):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    counted = FlopCountAnalysis(on_the_cpu, (), call, backend="dispatch", backward=True).by_phase()
+    with FlopCounterMode(display=False) as torch_count:
+        on_the_cpu(**call).loss.backward()
+    layers, batch, heads, tokens, head_dim = 2, 2, 4, 8, 16
+    scores = layers * batch * heads * tokens * tokens * head_dim  # q @ k^T in each layer; weights @ v as many
+    assert 2 * sum(counted.values()) == torch_count.get_total_flops() + 2 * (2 * scores) * 4.5
+    assert FlopCountAnalysis(on_meta, (), call, backend="dispatch", backward=True).by_phase() == {**counted, "recompute": counted["recompute"] - scores}
+    assert predict_training_step(on_meta, (), call, device="h100") == predict_training_step(on_the_cpu, (), call, device="h100")
+
+
 @pytest.mark.parametrize("family", ["XLNet", "wav2vec2"])
 def test_a_model_transformers_leaves_partly_on_the_cpu_is_counted_on_meta(family):
     """Built under ``torch.device("meta")``, 29 of 631 transformers architectures keep a parameter

@@ -460,6 +460,17 @@ class _OpRecorder(TorchDispatchMode):
         return output
 
 
+def _recomputed_in_the_backward() -> bool:
+    """Whether this call runs in the forward of a non-reentrant activation checkpoint (its saved-tensor
+    hooks, ``torch.utils.checkpoint``'s, are on top: transformers' ``gradient_checkpointing_enable``).
+    The checkpoint runs the call again in the backward, where torch turns every torch function mode
+    off, so natively: it must run so here too, or the tensors recomputed are not those saved (a
+    whole call's fused stand-in saves a boolean mask, the math path a float one: ``CheckpointError``).
+    Its record is the whole call's all the same; its backward is the path's it ran."""
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(True)
+    return hooks is not None and getattr(hooks[0], "__module__", None) == "torch.utils.checkpoint"
+
+
 class _FunctionLevelRecorder(TorchFunctionMode):
     """Records the ops of :data:`FUNCTION_LEVEL_OPS` (and ``whole``: more, by Python callable) as
     called, and mutes what they decompose into; counts Python's torch calls (the ops after the first
@@ -483,7 +494,8 @@ class _FunctionLevelRecorder(TorchFunctionMode):
         if kind is None or self.ops.inside_function_level_op:
             return func(*args, **kwargs)
         run = func
-        if kind in self.fused and func not in FUNCTION_LEVEL_OPS and any(isinstance(value, torch.Tensor) and (value.is_meta or isinstance(value, FakeTensor)) for value in args[:1]):
+        if (kind in self.fused and func not in FUNCTION_LEVEL_OPS and any(isinstance(value, torch.Tensor) and (value.is_meta or isinstance(value, FakeTensor)) for value in args[:1])
+                and not _recomputed_in_the_backward()):
             run = self.fused[kind]
         self.ops.inside_function_level_op += 1
         try:
