@@ -157,6 +157,41 @@ def test_transformers_trainer_logs_flops_tflops_and_mfu_at_its_logging_steps(tmp
     assert len(profiles) == 2 and all(p.summary.mfu is not None and p.summary.peak_flops == PEAK for p in profiles)
 
 
+def test_the_trainers_mfu_leaves_out_what_gradient_checkpointing_recomputes_and_its_hfu_counts_it(tmp_path):
+    """With ``gradient_checkpointing=True`` the backward runs each layer's forward again. The
+    callback's ``flops_per_step`` and ``mfu`` counted it, so they were HFU, not MFU (PaLM's model
+    FLOPs leave recomputation out; a profile's MFU did): 4.05e7 FLOPs a step for this Llama's
+    3.26e7. The model's FLOPs are torch's ``FlopCounterMode`` of the step without checkpointing,
+    plus the CPU's flash kernel, which it has no formula for (its forward, and its backward's two
+    products per forward product); ``hfu`` adds the recomputation: ``FlopCounterMode`` of the
+    checkpointed step, plus the flash kernel run twice forward and its backward's recompute of the scores."""
+    transformers = pytest.importorskip("transformers")
+    from jitflops.integrations.transformers import FlopsCallback
+
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    torch.manual_seed(0)
+    ids = [torch.randint(0, 100, (16,)) for _ in range(16)]
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=2, logging_steps=2, report_to="none",
+                                          use_cpu=True, save_strategy="no", disable_tqdm=True, gradient_checkpointing=True)
+    trainer = transformers.Trainer(model=transformers.LlamaForCausalLM(config), args=args, train_dataset=[{"input_ids": x, "labels": x} for x in ids])
+    FlopsCallback(peak_flops=PEAK).attach(trainer)
+    trainer.train()
+    (logged,) = [entry for entry in trainer.state.log_history if "flops_per_step" in entry]
+    batch = torch.stack(ids[:4])
+    counted = {}
+    for checkpointed in (False, True):
+        model = transformers.LlamaForCausalLM(config).train()
+        if checkpointed:
+            model.gradient_checkpointing_enable()
+        with FlopCounterMode(display=False) as torch_count:
+            model(input_ids=batch, labels=batch).loss.backward()
+        counted[checkpointed] = torch_count.get_total_flops()
+    attention = 2 * 2 * (2 * 4 * 4 * 16 * 16 * 16)  # FLOPs of 2 layers' two products of 4 sequences, 4 heads, 16 tokens, head width 16
+    assert logged["flops_per_step"] == counted[False] + 3 * attention
+    assert logged["hfu"] / logged["mfu"] == pytest.approx((counted[True] + 4.5 * attention) / (counted[False] + 3 * attention), rel=1e-9)
+    assert logged["mfu"] == pytest.approx(logged["tflops_per_s"] * 1e12 / PEAK)
+
+
 def test_lightning_logs_flops_tflops_and_mfu_through_its_logger(tmp_path):
     pl = pytest.importorskip("pytorch_lightning")
     from jitflops.integrations.lightning import FlopsCallback

@@ -1,7 +1,7 @@
 """FLOPs, FLOP/s and MFU of Lightning training steps.
 
 >>> trainer = pl.Trainer(callbacks=[FlopsCallback()], log_every_n_steps=10)
->>> trainer.fit(module, loader)   # the logger gets flops_per_step, tflops_per_s and mfu every 10 steps
+>>> trainer.fit(module, loader)   # the logger gets flops_per_step, tflops_per_s, mfu and hfu every 10 steps
 
 On a batch that will be logged, the callback counts the module's real training step (its
 ``training_step`` and the backward from the loss it returns, recorded by the dispatch backend),
@@ -24,7 +24,7 @@ except ImportError:  # the standalone package
     import pytorch_lightning as pl  # type: ignore[no-redef]
 
 from ..core.model_io import ModelCall
-from .training_step import TrainingCallbackBase, loss_backward
+from .training_step import StepWork, TrainingCallbackBase, loss_backward
 
 
 class _TrainingStep(nn.Module):
@@ -42,7 +42,7 @@ class _TrainingStep(nn.Module):
 class FlopsCallback(TrainingCallbackBase, pl.Callback):
     """See :class:`~jitflops.integrations.training_step.TrainingCallbackBase` for the settings."""
 
-    _flops: Optional[int] = None
+    _work: Optional[StepWork] = None
     """The FLOPs of the batch being timed (None: this batch is not logged)."""
 
     def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
@@ -54,17 +54,17 @@ class FlopsCallback(TrainingCallbackBase, pl.Callback):
         return (trainer.fit_loop.epoch_loop._batches_that_stepped + 1) % trainer.log_every_n_steps == 0
 
     def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any, batch_idx: int) -> None:
-        self._flops = None
+        self._work = None
         if not self._will_log(trainer) or self.run.timer is None:
             return
-        self._flops = self.run.count(_TrainingStep(pl_module, batch_idx), ModelCall((batch,)), loss_backward)
+        self._work = self.run.count(_TrainingStep(pl_module, batch_idx), ModelCall((batch,)), loss_backward)
         self.run.timer.start()
 
     def on_train_batch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", outputs: Any, batch: Any, batch_idx: int) -> None:
         self.run.step_done()
-        if self._flops is None or self.run.timer is None:
+        if self._work is None or self.run.timer is None:
             return
-        pl_module.log_dict(self.run.metrics(self._flops, self.run.timer.stop()), on_step=True, on_epoch=False)
+        pl_module.log_dict(self.run.metrics(self._work, self.run.timer.stop()), on_step=True, on_epoch=False)
 
     def on_train_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         self.run.finish()

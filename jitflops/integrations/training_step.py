@@ -1,4 +1,4 @@
-"""What the training callbacks measure: FLOPs of a real training step, its time, FLOP/s and MFU.
+"""What the training callbacks measure: FLOPs of a real training step, its time, FLOP/s, MFU and HFU.
 
 A step's FLOPs are counted, not estimated: the forward and the backward pass are recorded by the
 dispatch backend (not "3 x the forward"), once per distinct batch signature, and kept.
@@ -7,11 +7,13 @@ dispatch backend (not "3 x the forward"), once per distinct batch signature, and
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional
 
 import torch
 from torch import nn
 
+from ..core.records import RECOMPUTE
 from ..frontends.dispatch_trace import default_backward
 from ..engine.flop_count import FlopCountAnalysis
 from ..deepspeed.flops_profiler import FlopsProfiler, Schedule
@@ -21,18 +23,33 @@ from ..timing.peak_flops import peak_flops
 from ..timing.timed_pass import Clock, clock_for
 
 
+@dataclass(frozen=True)
+class StepWork:
+    """A step's FLOPs (2 x MACs): the model's, its forward and backward (PaLM's model FLOPs, which MFU
+    counts), and the forward work its backward ran again (activation checkpointing's forward, the
+    scores fused attention kernels recompute), which only HFU counts."""
+
+    model_flops: int
+    recomputed_flops: int = 0
+
+    def __add__(self, other: "StepWork") -> "StepWork":
+        return StepWork(self.model_flops + other.model_flops, self.recomputed_flops + other.recomputed_flops)
+
+
 class StepFlops:
-    """FLOPs (2 x MACs) of the forward and backward of a model call, counted once per signature."""
+    """The :class:`StepWork` of the forward and backward of a model call, counted once per signature."""
 
     def __init__(self) -> None:
-        self._flops: dict[Hashable, int] = {}
+        self._work: dict[Hashable, StepWork] = {}
 
-    def __call__(self, model: nn.Module, call: ModelCall, backward: Callable[[Any], None] = default_backward) -> int:
+    def __call__(self, model: nn.Module, call: ModelCall, backward: Callable[[Any], None] = default_backward) -> StepWork:
         key = call.signature()
-        if key not in self._flops:
+        if key not in self._work:
             analysis = FlopCountAnalysis(model, call.args, call.kwargs, backend="dispatch", backward=backward)
-            self._flops[key] = 2 * analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).total()
-        return self._flops[key]
+            phases = analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).by_phase()
+            recomputed = phases.get(RECOMPUTE, 0)
+            self._work[key] = StepWork(2 * (sum(phases.values()) - recomputed), 2 * recomputed)
+        return self._work[key]
 
 
 def loss_backward(output: Any) -> None:
@@ -67,11 +84,13 @@ class StepTimer:
         return seconds
 
 
-def step_metrics(flops: int, seconds: float, peak_flops: Optional[float]) -> dict[str, float]:
-    """``flops_per_step``, ``tflops_per_s`` and (with a peak) ``mfu`` of one step."""
-    metrics = {"flops_per_step": float(flops), "tflops_per_s": flops / seconds / 1e12 if seconds > 0 else 0.0}
+def step_metrics(work: StepWork, seconds: float, peak_flops: Optional[float]) -> dict[str, float]:
+    """``flops_per_step`` (the model's), ``tflops_per_s`` and, with a peak, ``mfu`` and ``hfu`` (the
+    recomputed work too) of one step."""
+    metrics = {"flops_per_step": float(work.model_flops), "tflops_per_s": work.model_flops / seconds / 1e12 if seconds > 0 else 0.0}
     if peak_flops:
-        metrics["mfu"] = flops / seconds / peak_flops if seconds > 0 else 0.0
+        metrics["mfu"] = work.model_flops / seconds / peak_flops if seconds > 0 else 0.0
+        metrics["hfu"] = (work.model_flops + work.recomputed_flops) / seconds / peak_flops if seconds > 0 else 0.0
     return metrics
 
 
@@ -97,7 +116,7 @@ class TrainingRun:
         if self.schedule is not None:
             self.profiler = FlopsProfiler(model, peak_flops=self.peak_flops, schedule=self.schedule, on_ready=self.on_ready).__enter__()
 
-    def count(self, model: nn.Module, call: ModelCall, backward: Callable[[Any], None]) -> int:
+    def count(self, model: nn.Module, call: ModelCall, backward: Callable[[Any], None]) -> StepWork:
         """The step's FLOPs (``step_flops``), with the scheduled profiler looking away."""
         with self.profiler.paused() if self.profiler is not None else contextlib.nullcontext():
             return self.step_flops(model, call, backward)
@@ -107,8 +126,8 @@ class TrainingRun:
         if self.profiler is not None:
             self.profiler.step()
 
-    def metrics(self, flops: int, seconds: Optional[float]) -> dict[str, float]:
-        return step_metrics(flops, seconds or 0.0, self.peak_flops)
+    def metrics(self, work: StepWork, seconds: Optional[float]) -> dict[str, float]:
+        return step_metrics(work, seconds or 0.0, self.peak_flops)
 
     def finish(self) -> None:
         if self.profiler is not None:

@@ -2,7 +2,7 @@
 
 >>> trainer = Trainer(model, args, train_dataset=...)
 >>> FlopsCallback().attach(trainer)
->>> trainer.train()   # logs carry flops_per_step, tflops_per_s and mfu at every logging step
+>>> trainer.train()   # logs carry flops_per_step, tflops_per_s, mfu and hfu at every logging step
 
 On a step that will be logged, the callback times the step and counts its forward and backward
 (the dispatch backend, from the model's own loss), once per distinct batch signature; steps that
@@ -13,13 +13,15 @@ are not logged are not touched. With a ``schedule`` (``torch.profiler.schedule``
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any, Optional
 
 from torch import nn
 from transformers import TrainerCallback
 
 from ..core.model_io import ModelCall
-from .training_step import TrainingCallbackBase, loss_backward
+from .training_step import StepWork, TrainingCallbackBase, loss_backward
 
 
 class FlopsCallback(TrainingCallbackBase, TrainerCallback):
@@ -70,10 +72,10 @@ class FlopsCallback(TrainingCallbackBase, TrainerCallback):
         seconds = self.run.timer.stop()
         self._counting = True
         try:
-            flops = sum(self.run.count(self._model, call, loss_backward) for call in self._calls)
+            work = functools.reduce(operator.add, (self.run.count(self._model, call, loss_backward) for call in self._calls), StepWork(0))
         finally:
             self._counting = False
-        self._pending = self.run.metrics(flops, seconds)
+        self._pending = self.run.metrics(work, seconds)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict] = None, **kwargs: Any) -> None:
         if self._pending is None or logs is None or "loss" not in logs:
