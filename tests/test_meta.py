@@ -427,6 +427,38 @@ def test_a_model_with_gradient_checkpointing_is_counted_and_predicted_on_meta_an
     assert predict_training_step(on_meta, (), call, device="h100") == predict_training_step(on_the_cpu, (), call, device="h100")
 
 
+def test_a_model_loaded_with_a_layer_offloaded_to_disk_is_counted_as_the_model_loaded_whole(tmp_path):
+    """``from_pretrained(..., device_map=...)`` with a layer on ``"disk"``: accelerate leaves that
+    layer's weights on meta and hooks every module's ``forward`` to bring its weights and inputs to
+    the execution device. Every front end failed on it ("Cannot copy out of meta tensor"; "Please
+    convert all Tensors to FakeTensors first" in the memory estimate): the meta copy ran the hooks,
+    which call the user's modules. The copy now runs each module's own ``forward``: the counts, the
+    memory, the predictions and generation's steps are the model's loaded whole, and the model
+    still generates."""
+    from jitflops import count_generation, get_model_profile, memory_footprint, predict_training_step
+
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    torch.manual_seed(0)
+    whole = transformers.LlamaForCausalLM(config).eval()
+    whole.save_pretrained(tmp_path / "model")
+    device_map = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    offloaded = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "model", device_map=device_map, offload_folder=tmp_path / "offload").eval()
+    assert offloaded.model.layers[1].self_attn.q_proj.weight.is_meta and hasattr(offloaded, "_hf_hook")
+    ids = torch.randint(0, 100, (2, 8))
+    call, step = {"input_ids": ids}, {"input_ids": ids, "labels": ids}
+    for backend in ("jit", "dispatch"):
+        assert FlopCountAnalysis(offloaded, (), call, backend=backend).total() == FlopCountAnalysis(whole, (), call, backend=backend).total()
+    assert FlopCountAnalysis(offloaded, (), step, backend="dispatch", backward=True).by_phase() == FlopCountAnalysis(whole, (), step, backend="dispatch", backward=True).by_phase()
+    assert get_model_profile(offloaded, kwargs=call, print_profile=False, as_string=False) == get_model_profile(whole, kwargs=call, print_profile=False, as_string=False)
+    assert memory_footprint(offloaded, (), step, train="adamw").peak == memory_footprint(whole, (), step, train="adamw").peak
+    assert predict_training_step(offloaded, (), step, device="h100") == predict_training_step(whole, (), step, device="h100")
+    generated = {"max_new_tokens": 3, "do_sample": False, "pad_token_id": 0}
+    assert count_generation(offloaded, ids, **generated).steps == count_generation(whole, ids, **generated).steps
+    assert torch.allclose(offloaded(**call).logits, whole(**call).logits, atol=1e-5)  # its hooks still bring the weights in
+
+
 @pytest.mark.parametrize("family", ["XLNet", "wav2vec2"])
 def test_a_model_transformers_leaves_partly_on_the_cpu_is_counted_on_meta(family):
     """Built under ``torch.device("meta")``, 29 of 631 transformers architectures keep a parameter

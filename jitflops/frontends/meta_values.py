@@ -481,7 +481,10 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     touched, so other threads may keep using it while the copy is traced. The copy also has its own
     tables of hooks (the user's hooks in them), since what runs on it may register more (FSDP2,
     tensor parallelism, activation checkpointing). A ``torch.compile`` wrapper's copy calls its
-    copy of the module it wraps, eagerly (the wrapper's ``forward`` calls the user's module).
+    copy of the module it wraps, eagerly (the wrapper's ``forward`` calls the user's module), and
+    a module under accelerate's hook (``device_map``, offloading: a ``forward`` that moves the
+    weights and inputs to the execution device and calls the user's module) runs its class's
+    ``forward`` on its own tensors.
     """
     swapped: dict[Hashable, torch.Tensor] = {}
     keys = value_keys(model)
@@ -503,6 +506,9 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
         twin.__dict__["_modules"] = {name: None if child is None else copies[child] for name, child in module._modules.items()}
         if compiled is not None and isinstance(module, compiled):  # torch.compile's wrapper calls the user's module: the copy calls its copy, eagerly
             twin.__dict__.update({name: copies[module._modules["_orig_mod"]] for name in ("forward", "_forward") if name in vars(module)})
+        if "_hf_hook" in vars(module):  # accelerate's hook (a device map, offloading) calls the user's module: the copy runs its class's forward
+            for name in ("forward", "_old_forward", "_hf_hook"):
+                twin.__dict__.pop(name, None)
     twin = copies[model]
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
     args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped, keys, fake_mode) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)

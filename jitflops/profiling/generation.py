@@ -19,7 +19,7 @@ from torch import nn
 
 from ..engine.flop_count import FlopCountAnalysis
 from ..estimates.generation_time import decode_call, generate_call
-from ..frontends.meta_values import built_on_meta
+from ..frontends.meta_values import built_on_meta, empty_copy
 from ..handles import short_op_name
 from ..handles.attention import ATTENTION_KERNELS, SEQUENCE_FIRST_KERNELS
 from ..core.model_io import ModelCall, generating_module, is_stateful, tensors_inside
@@ -167,5 +167,6 @@ def _calls_on_meta(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> lis
     if new_tokens < 1:
         raise ValueError(f"count_generation: no token to generate from a prompt of {prompt} (max_new_tokens or max_length)")
     ids = ids.to("meta")
-    decode = [ModelCall((), decode_call(model, ids, cached)) for cached in range(prompt, prompt + new_tokens - 1)]
+    twin, _, _ = empty_copy(model, ModelCall((), {}))  # all on meta, without accelerate's hooks: where each decode step's cache is made
+    decode = [ModelCall((), decode_call(twin, ids, cached)) for cached in range(prompt, prompt + new_tokens - 1)]
     return [ModelCall((), generate_call(model, ids, 0, None)), *decode]
