@@ -203,6 +203,22 @@ def test_zero_and_recomputation_trade_memory_for_communication_and_compute():
     assert recomputed.model_flops_per_step == zero1.model_flops_per_step
 
 
+def test_the_users_own_checkpointing_switch_leaves_a_layouts_plan_as_it_is():
+    """A model with ``gradient_checkpointing_enable()`` on, planned: its copies checkpointed every
+    layout, so a layout without recomputation got full recomputation's memory and a step 1.9 times
+    a plain one's (24.0 ms against 12.4 for this GPT on 8 H100s). A layout's ``recompute`` alone
+    says what is checkpointed: the plans are those of the
+    model with the switch off, the recomputed step's hardware FLOPs 4/3 of its model FLOPs, and the
+    user's model keeps its switch."""
+    plain, switched = _gpt(), _gpt()
+    switched.gradient_checkpointing_enable()
+    for recompute in ("none", "full"):
+        expected, got = (Planner(model, 256, 32, "h100", "dgx-h100").plan(Layout(dp=8, recompute=recompute)) for model in (plain, switched))
+        assert (got.step_s, got.memory_per_gpu_bytes, got.hardware_flops_per_step) == (expected.step_s, expected.memory_per_gpu_bytes, expected.hardware_flops_per_step)
+    assert got.hardware_flops_per_step == pytest.approx(got.model_flops_per_step * 4 / 3)
+    assert all(layer.gradient_checkpointing for layer in switched.model.layers)
+
+
 LLAMA_3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256)
 
 

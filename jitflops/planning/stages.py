@@ -172,6 +172,9 @@ class ModelRecordings:
         fewer; renumbered from 0, a kind's together), its loss's call, and those blocks' names."""
         if each not in self._cut:  # the whole model is walked once per ``each``; each copy after is of the cut one
             cut, _, copies = empty_copy(self.model, ModelCall((), {}))
+            for module in cut.modules():  # a layout's recompute says what is checkpointed, not the user's own switch (the copy's own modules)
+                if getattr(module, "gradient_checkpointing", False):
+                    module.gradient_checkpointing = False
             kept = [position for kind in range(len(self._firsts)) for position in [index for index, order in enumerate(self.block_order) if order == kind][:each]]
             copies[self._container]._modules = {str(index): copies[self._blocks[position]] for index, position in enumerate(kept)}
             names = {module: name for name, module in cut.named_modules()}
