@@ -108,6 +108,39 @@ def test_llama_against_memtracker_and_the_profilers_timeline(mode):
     assert abs(estimate.peak / timeline - 1) < 0.001
 
 
+def test_a_model_prepared_by_accelerate_for_mixed_precision_against_memtracker():
+    """``Accelerator(mixed_precision="bf16").prepare(model)`` sets ``model.forward`` to a method bound
+    to the model that runs its forward under autocast: the estimates' copy called the user's model
+    through it and failed ("Please convert all Tensors to FakeTensors first"). The copy's is bound to
+    the copy: the inference peak is MemTracker's, with autocast's bfloat16 copies of the weights
+    (3,911,296 bytes, 14% more than the model's without autocast), and the training step's within 0.01%."""
+    accelerate = pytest.importorskip("accelerate")
+    from jitflops import predict_training_step
+
+    model = accelerate.Accelerator(mixed_precision="bf16", cpu=True).prepare(_llama())
+    ids = torch.randint(0, 1000, (2, 64), generator=torch.Generator().manual_seed(0))
+    inference = memory_footprint(model, {"input_ids": ids})
+
+    def infer() -> None:
+        with torch.no_grad():
+            model(input_ids=ids)
+    assert inference.peak == memtracker_peak(infer, model) + ids.nbytes
+    assert inference.peak > memory_footprint(_llama(), {"input_ids": ids}).peak * 1.1
+    inputs = {"input_ids": ids, "labels": ids.clone()}
+    training = memory_footprint(model, inputs, train="adamw")
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def step() -> None:
+        output = model(**inputs)
+        output.loss.backward()
+        del output
+        optimizer.step()
+        optimizer.zero_grad()
+    step()
+    assert abs(training.peak / (memtracker_peak(step, model, optimizer) + 2 * ids.nbytes) - 1) < 0.0001
+    assert predict_training_step(model, (), inputs, device="h100").backward_s > 0
+
+
 MIXTURES_OF_EXPERTS = {
     "mixtral": dict(hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=800,
                     num_local_experts=4, num_experts_per_tok=2),

@@ -29,6 +29,7 @@ import copy
 import copyreg
 import functools
 import math
+import types
 import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, ContextManager, Hashable, Iterator, Mapping, Optional, Sequence
@@ -471,6 +472,24 @@ def _copies_as_module(cls: type) -> bool:
     )
 
 
+def _calls_its_own(module: nn.Module, twin: nn.Module, copies: Mapping[nn.Module, nn.Module], compiled: Optional[type]) -> None:
+    """Points what ``twin`` (the copy of ``module``) holds of ``module``'s own calls at the copy: a
+    ``torch.compile`` wrapper's ``forward`` at the copy of the module it wraps (run eagerly); under
+    accelerate's hook (a device map, offloading: a ``forward`` that brings the weights and inputs
+    to the execution device, then calls the user's module), the class's ``forward``; a method
+    bound to the module (``Accelerator.prepare``'s autocast ``forward``, a user's
+    ``types.MethodType``), bound to the copy."""
+    own = vars(module)
+    if compiled is not None and isinstance(module, compiled):
+        twin.__dict__.update({name: copies[module._modules["_orig_mod"]] for name in ("forward", "_forward") if name in own})
+        return
+    if "_hf_hook" in own:
+        for name in ("forward", "_old_forward", "_hf_hook"):
+            twin.__dict__.pop(name, None)
+        return
+    twin.__dict__.update({name: types.MethodType(value.__func__, twin) for name, value in own.items() if isinstance(value, types.MethodType) and value.__self__ is module})
+
+
 def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mode: Optional[FakeTensorMode] = None) -> tuple[nn.Module, ModelCall, dict[nn.Module, nn.Module]]:
     """A copy of ``model`` whose parameters and buffers are tensors without values on ``device``
     (meta: no memory either; with ``fake_mode``, its fake tensors of ``device``), the call with
@@ -480,11 +499,8 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     module with ``copy.copy`` and new parameter, buffer and child tables. The user's model is not
     touched, so other threads may keep using it while the copy is traced. The copy also has its own
     tables of hooks (the user's hooks in them), since what runs on it may register more (FSDP2,
-    tensor parallelism, activation checkpointing). A ``torch.compile`` wrapper's copy calls its
-    copy of the module it wraps, eagerly (the wrapper's ``forward`` calls the user's module), and
-    a module under accelerate's hook (``device_map``, offloading: a ``forward`` that moves the
-    weights and inputs to the execution device and calls the user's module) runs its class's
-    ``forward`` on its own tensors.
+    tensor parallelism, activation checkpointing). What calls the user's module instead of its
+    copy is pointed at the copy (:func:`_calls_its_own`).
     """
     swapped: dict[Hashable, torch.Tensor] = {}
     keys = value_keys(model)
@@ -504,11 +520,7 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
         twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped, keys, fake_mode) for name, b in module._buffers.items()}
         twin.__dict__.update({name: copy.copy(value) for name, value in vars(module).items() if name.endswith("hooks") or name.endswith("hooks_with_kwargs") or name.endswith("always_called")})
         twin.__dict__["_modules"] = {name: None if child is None else copies[child] for name, child in module._modules.items()}
-        if compiled is not None and isinstance(module, compiled):  # torch.compile's wrapper calls the user's module: the copy calls its copy, eagerly
-            twin.__dict__.update({name: copies[module._modules["_orig_mod"]] for name in ("forward", "_forward") if name in vars(module)})
-        if "_hf_hook" in vars(module):  # accelerate's hook (a device map, offloading) calls the user's module: the copy runs its class's forward
-            for name in ("forward", "_old_forward", "_hf_hook"):
-                twin.__dict__.pop(name, None)
+        _calls_its_own(module, twin, copies, compiled)
     twin = copies[model]
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
     args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped, keys, fake_mode) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
