@@ -141,6 +141,37 @@ def test_a_model_prepared_by_accelerate_for_mixed_precision_against_memtracker()
     assert predict_training_step(model, (), inputs, device="h100").backward_s > 0
 
 
+def test_a_model_under_weight_norm_parametrization_against_memtracker():
+    """``torch.nn.utils.parametrizations.weight_norm`` (wav2vec2's, HuBERT's and WavLM's position
+    convolution) makes a class whose ``__getstate__`` refuses copies: every estimate on a copy
+    failed ("Serialization of parametrized modules is only supported through state_dict()"). The
+    copy is made from the module's state as any module's: an MLP's AdamW step and wav2vec2's
+    inference against MemTracker (which sees wav2vec2's input, viewed by its first op)."""
+    from jitflops import predict_training_step
+
+    torch.manual_seed(0)
+    mlp, x = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)), torch.randn(4, 16)
+    nn.utils.parametrizations.weight_norm(mlp[0])
+    training = memory_footprint(mlp, (x,), train="adamw")
+    optimizer = torch.optim.AdamW(mlp.parameters())
+
+    def step() -> None:
+        mlp(x).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    step()
+    assert training.peak == memtracker_peak(step, mlp, optimizer) + x.nbytes
+    assert predict_training_step(mlp, (x,), device="h100").backward_s > 0
+    config = transformers.Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(32, 32), conv_stride=(5, 4),
+                                         conv_kernel=(10, 8), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, vocab_size=12)
+    wav2vec2, audio = transformers.Wav2Vec2ForCTC(config).eval(), torch.randn(2, 4000)
+
+    def infer() -> None:
+        with torch.no_grad():
+            wav2vec2(audio)
+    assert memory_footprint(wav2vec2, (audio,)).peak == memtracker_peak(infer, wav2vec2)
+
+
 MIXTURES_OF_EXPERTS = {
     "mixtral": dict(hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=800,
                     num_local_experts=4, num_experts_per_tok=2),

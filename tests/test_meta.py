@@ -466,8 +466,8 @@ def test_a_model_transformers_leaves_partly_on_the_cpu_is_counted_on_meta(family
     attention weights, wav2vec2's ``masked_spec_embed``. Every front end failed on them ("Tensor on
     device meta is not on the expected device cpu!"), with inputs on the CPU or on meta: 1 of the 23
     that run counted before, 15 now (the other 8 read a value). A copy with every tensor on meta is
-    counted (wav2vec2's weight norm refuses copies: its stray tensor is used in training alone, and
-    the model itself is counted); the counts equal the CPU's, and the model is left as it was."""
+    counted (wav2vec2's too, whose weight-normed convolution's class refuses ``copy.copy``); the
+    counts equal the CPU's, and the model is left as it was."""
     transformers = pytest.importorskip("transformers")
     if family == "XLNet":
         model_class = transformers.XLNetModel

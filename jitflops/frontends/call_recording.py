@@ -474,7 +474,7 @@ def record_calls(
             recorder.paths.pop()
 
     try:
-        if on_meta_copy:  # a module that refuses copies (a parametrized one) is traced, as any failure here
+        if on_meta_copy:  # a copy that fails here is traced, as any failure here
             model, call, copies = empty_copy(model, call)
             names = {copies[module]: name for module, name in names.items()}
         with (

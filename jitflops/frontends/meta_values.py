@@ -453,6 +453,10 @@ def _module_copy(module: nn.Module) -> nn.Module:
     """``copy.copy(module)``, without its generic machinery where the module's class copies as
     ``nn.Module`` does (a new object given the module's state): a third of a copy's time otherwise."""
     cls = type(module)
+    if parametrize.is_parametrized(module):  # its class refuses copies (its getstate raises): its state is a module's all the same
+        twin = cls.__new__(cls)
+        twin.__dict__.update(vars(module))
+        return twin
     if not _copies_as_module(cls):
         return copy.copy(module)
     twin = cls.__new__(cls)
@@ -548,11 +552,9 @@ def counted_on_meta(model: nn.Module, call: ModelCall) -> tuple[nn.Module, Model
     Mask2Former's ``level_embed``), and their forwards would mix the devices. So too where its ties
     were broken (:func:`~jitflops.core.tied_weights.has_broken_ties`): the copy ties them again, and
     a backward accumulates their gradients as the loaded model's does. Else the model itself,
-    on :func:`on_the_models_meta_device` of the call; so too a model with a parametrized module,
-    which refuses copies (wav2vec2's convolutional position embedding, under weight norm: its
-    stray ``masked_spec_embed`` is used in training alone)."""
+    on :func:`on_the_models_meta_device` of the call."""
     strays = built_on_meta(model) and not all(t.is_meta for t in [*model.parameters(), *model.buffers()])
-    if (strays or has_broken_ties(model)) and not any(parametrize.is_parametrized(module) for module in model.modules()):
+    if strays or has_broken_ties(model):
         twin, twin_call, _ = empty_copy(model, call)
         return twin, twin_call
     return model, on_the_models_meta_device(model, call)
