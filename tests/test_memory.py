@@ -172,6 +172,23 @@ def test_a_model_under_weight_norm_parametrization_against_memtracker():
     assert memory_footprint(wav2vec2, (audio,)).peak == memtracker_peak(infer, wav2vec2)
 
 
+def test_an_estimate_of_a_forward_that_reads_a_value_says_what_to_leave_out():
+    """wav2vec2's CTC loss reads its labels' lengths (``.item()``), which fake tensors do not have:
+    the memory estimate and the training step's prediction said only "DataDependentOutputException:
+    aten._local_scalar_dense.default". They now name the root module and say to leave out the input
+    whose values the forward reads."""
+    from jitflops import TraceError, predict_training_step
+
+    config = transformers.Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(32, 32), conv_stride=(5, 4),
+                                         conv_kernel=(10, 8), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, vocab_size=12)
+    model, audio = transformers.Wav2Vec2ForCTC(config), torch.randn(2, 4000)
+    call = {"input_values": audio, "labels": torch.randint(1, 12, (2, 10))}
+    for estimate in (lambda: memory_footprint(model, (), call, train="adamw"), lambda: predict_training_step(model, (), call, device="h100")):
+        with pytest.raises(TraceError, match=r"the root module \(Wav2Vec2ForCTC\)") as raised:
+            estimate()
+        assert "leave out the input whose values it reads" in " ".join(raised.value.__notes__)
+
+
 MIXTURES_OF_EXPERTS = {
     "mixtral": dict(hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=800,
                     num_local_experts=4, num_experts_per_tok=2),

@@ -35,7 +35,7 @@ from .memory_estimate import (
     KVCache, MemoryEstimate, StepRecord, bytes_by_category, module_memory, peak_of, phase_at, unseen_saved,
 )
 from .memory_recorder import BACKWARD, FORWARD, OPTIMIZER, MemoryRecorder, MemoryRecording
-from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
+from ..frontends.meta_values import DEVICE_META_KERNELS, READS_A_FAKE_VALUE, empty_copy, meta_kernels, reads_a_fake_value
 from ..core.model_io import ModelCall, generation_cache, tensor_leaves, tensors_inside
 from .optimizers import OptimizerChoice, optimizer_factory
 
@@ -230,7 +230,10 @@ def _cast_floating(call: ModelCall, dtype: torch.dtype) -> ModelCall:
 def _named_error(step: _Step, error: BaseException) -> TraceError:
     module = step.recorder.failed_module()
     failed = step.model.get_submodule(module) if module else step.model
-    return TraceError(module, type(failed).__name__, error, "estimating memory")
+    named = TraceError(module, type(failed).__name__, error, "estimating memory")
+    if reads_a_fake_value(error):
+        named.add_note(READS_A_FAKE_VALUE)
+    return named
 
 
 def _run(step: _Step, factory: Optional[Callable[..., torch.optim.Optimizer]], autocast: Optional[torch.dtype], master_weights: bool,

@@ -48,7 +48,7 @@ from ..handles.attention import SOFTMAX_KINDS
 from ..handles.spectral import FFT_KINDS
 from .masked_scores import MaskedScorePairing
 from .storage_spans import StorageSpan, StorageSpans
-from .meta_values import DEVICE_META_KERNELS, READS_A_VALUE, holds_meta, meta_kernels, reads_a_meta_value
+from .meta_values import DEVICE_META_KERNELS, READS_A_FAKE_VALUE, READS_A_VALUE, holds_meta, meta_kernels, reads_a_fake_value, reads_a_meta_value
 from .traced_path import on_the_traced_path
 from ..core.model_guard import own_cycles_collected, preserved
 from ..core.model_io import ModelCall, tensor_leaves
@@ -621,6 +621,8 @@ def record_with_dispatch(
     try:
         return _recorded(*arguments)
     except TraceError as error:
+        if fake_inputs and reads_a_fake_value(error.__cause__):
+            error.add_note(READS_A_FAKE_VALUE)
         if fake_inputs or not holds_meta(list(model.parameters()), call) or not reads_a_meta_value(error.__cause__):
             raise
     with on_the_traced_path():

@@ -39,7 +39,7 @@ from torch.nn.utils import parametrize
 from torch import _refs
 from torch import nn
 from torch._decomp import global_decomposition_table
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils import _pytree as pytree
 
@@ -581,6 +581,16 @@ META_VALUE_READS = ("cannot be called on meta tensors", "Cannot copy out of meta
 READS_A_VALUE = ("its forward reads a value, which no tensor on the meta device has (jitflops never allocates them): count the model built "
                  "on the CPU, whose call is traced on a meta copy where it can be, and on its values where it reads them")
 """What to do about a model on the meta device whose forward reads a value (:func:`reads_a_meta_value`)."""
+
+
+READS_A_FAKE_VALUE = ("its forward reads a tensor's value (.item(), .tolist(), a loss's lengths), which fake tensors (an estimate's, a count in "
+                      "symbolic sizes) do not have: leave out the input whose values it reads (a CTC loss's labels), or measure the model running")
+"""What to do about a forward on fake tensors that reads a value (:func:`reads_a_fake_value`)."""
+
+
+def reads_a_fake_value(error: Optional[BaseException]) -> bool:
+    """Whether ``error`` is a fake tensor's refusal to give a value, or a size that depends on one."""
+    return isinstance(error, (DataDependentOutputException, DynamicOutputShapeException))
 
 
 def reads_a_meta_value(error: Optional[BaseException]) -> bool:
