@@ -4,6 +4,7 @@ in inference, AdamW and checkpointing, and FSDP2 on 2 gloo ranks."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -187,6 +188,43 @@ def test_an_estimate_of_a_forward_that_reads_a_value_says_what_to_leave_out():
         with pytest.raises(TraceError, match=r"the root module \(Wav2Vec2ForCTC\)") as raised:
             estimate()
         assert "leave out the input whose values it reads" in " ".join(raised.value.__notes__)
+
+
+@functools.lru_cache(maxsize=None)
+def _sine_table(width: int, device: torch.device) -> torch.Tensor:
+    return torch.sin(torch.arange(width, device=device, dtype=torch.float32))
+
+
+class _CachedTable(nn.Module):
+    """A layer adding a table cached by size and device, as transformers' D-FINE, RT-DETR and
+    PP-DocLayout cache their sine position embeddings (``lru_cache`` on a static method)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) + _sine_table(16, x.device)
+
+
+def test_a_table_a_library_cached_on_a_real_run_is_read_by_the_estimate():
+    """After one real forward, a table cached process-wide by size and device is a real tensor, which
+    the estimate's fake copy (on the same device) is handed: the estimate failed ("Please convert all
+    Tensors to FakeTensors first"; D-FINE, PP-DocLayout v4 and Mask2Former in a transformers sweep
+    after their real forward). It takes it as a constant now: MemTracker's peak, and the training step
+    is predicted."""
+    from jitflops import predict_training_step
+
+    torch.manual_seed(0)
+    model, x = _CachedTable(), torch.randn(4, 16)
+    model(x)  # the table is cached, real
+    estimate = memory_footprint(model, (x,))
+
+    def infer() -> None:
+        with torch.no_grad():
+            model(x)
+    assert estimate.peak == memtracker_peak(infer, model) + x.nbytes
+    assert predict_training_step(model, (x,), device="h100").backward_s > 0
 
 
 MIXTURES_OF_EXPERTS = {

@@ -141,7 +141,7 @@ def memory_footprint(
         raise ValueError("checkpointing=True applies to training: give train=<optimizer>")
     if kv_cache_length is not None and train is not None:
         raise ValueError("kv_cache_length applies to inference (generation): leave train unset")
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     twin, fake_call, _ = empty_copy(model, call, fake_device, fake_mode)
     settings = {"dtype": dtype, "autocast": autocast, "master_weights": master_weights, "checkpointing": checkpointing, "fsdp": fsdp,
                 "tensor_parallel": tensor_parallel, "device": spec.name if spec else None, "batch": _batch(call)}

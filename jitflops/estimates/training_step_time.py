@@ -136,7 +136,7 @@ def record_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mapping
     from its ``loss``, else the sum of its floating outputs), and a steady step of ``optimizer``
     (``foreach``: over lists, as on a GPU)."""
     call = ModelCall.from_user(inputs, kwargs)
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     twin, fake_call, _ = empty_copy(model, call, "cpu", fake_mode)
     factory = optimizer_factory(optimizer, foreach=foreach)
     with fake_mode, meta_kernels(DEVICE_META_KERNELS):
