@@ -10,10 +10,16 @@ torch.distributed's modules to ask cost a process's first count 0.4 s (a small C
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 
 def imported_class(module: str, name: str) -> Optional[type]:
     """``module.name`` where ``module`` is imported; None otherwise (nothing can be an instance of
     it yet), or where that module has no such class (a torch built without distributed)."""
     return getattr(sys.modules.get(module), name, None)
+
+
+def is_compiled(model: Any) -> bool:
+    """Whether ``model`` is ``torch.compile``'s wrapper (asked without importing dynamo)."""
+    compiled = imported_class("torch._dynamo.eval_frame", "OptimizedModule")
+    return compiled is not None and isinstance(model, compiled)

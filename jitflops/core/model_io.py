@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from .imported_classes import imported_class
+from .imported_classes import is_compiled
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,8 +123,7 @@ def generating_module(model: nn.Module) -> nn.Module:
     """The module whose forward ``model.generate`` calls: ``model``, or the module a ``torch.compile``
     wrapper wraps, to which the wrapper hands ``generate`` (its ``__getattr__``), and which calls
     itself, uncompiled."""
-    compiled = imported_class("torch._dynamo.eval_frame", "OptimizedModule")
-    return model._modules["_orig_mod"] if compiled is not None and isinstance(model, compiled) else model
+    return model._modules["_orig_mod"] if is_compiled(model) else model
 
 
 def generation_cache(output: Any) -> Any:

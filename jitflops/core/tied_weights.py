@@ -46,6 +46,8 @@ def value_keys(model: nn.Module) -> dict[int, Hashable]:
     that one's."""
     named = dict(model.named_parameters(remove_duplicate=False))
     keys = {id(parameter): values_key(parameter) for parameter in named.values()}
+    if not any(parameter.is_meta for parameter in named.values()):
+        return keys
     for target, source in declared_ties(model).items():
         tied, held = named.get(target), named.get(source)
         if tied is not None and held is not None and tied.is_meta and held.is_meta and tied.shape == held.shape and tied.dtype == held.dtype:

@@ -44,7 +44,7 @@ from ..core.records import EagerOpRecord, TensorMeta, argument_names
 from ..core.running_module import module_names
 from ..handles.registry import ShapeFormula
 from .dispatch_trace import DispatchTrace
-from .jit_fallback import is_compiled
+from ..core.imported_classes import is_compiled
 from .meta_values import call_blocker, empty_copy, holds_meta, meta_kernels_for_tracing, module_blocker
 from .traced_path import on_the_traced_path
 

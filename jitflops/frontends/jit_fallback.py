@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..core.imported_classes import imported_class
+from ..core.imported_classes import is_compiled
 from ..core.model_io import ModelCall
 from ..core.process_groups import dtensor_class, fsdp_module_class
 
@@ -34,12 +34,6 @@ def jit_tracer_available() -> bool:
     """Whether this torch still has the JIT tracer (TorchScript is deprecated for ``torch.export``):
     without it, the default call exports the model, and counts it by dispatch where export fails."""
     return hasattr(torch._C, "_create_graph_by_tracing")
-
-
-def is_compiled(model: nn.Module) -> bool:
-    """Whether ``model`` is ``torch.compile``'s wrapper (asked without importing dynamo)."""
-    compiled = imported_class("torch._dynamo.eval_frame", "OptimizedModule")
-    return compiled is not None and isinstance(model, compiled)
 
 
 def _is_quantized(module: nn.Module) -> bool:

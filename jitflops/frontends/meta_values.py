@@ -44,7 +44,7 @@ from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils import _pytree as pytree
 
 from ..core.errors import JitflopsError
-from ..core.imported_classes import imported_class
+from ..core.imported_classes import is_compiled
 from ..core.model_io import ModelCall, is_stateful
 from ..core.tied_weights import has_broken_ties, value_keys, values_key
 
@@ -476,7 +476,7 @@ def _copies_as_module(cls: type) -> bool:
     )
 
 
-def _calls_its_own(module: nn.Module, twin: nn.Module, copies: Mapping[nn.Module, nn.Module], compiled: Optional[type]) -> None:
+def _calls_its_own(module: nn.Module, twin: nn.Module, copies: Mapping[nn.Module, nn.Module]) -> None:
     """Points what ``twin`` (the copy of ``module``) holds of ``module``'s own calls at the copy: a
     ``torch.compile`` wrapper's ``forward`` at the copy of the module it wraps (run eagerly); under
     accelerate's hook (a device map, offloading: a ``forward`` that brings the weights and inputs
@@ -484,7 +484,7 @@ def _calls_its_own(module: nn.Module, twin: nn.Module, copies: Mapping[nn.Module
     bound to the module (``Accelerator.prepare``'s autocast ``forward``, a user's
     ``types.MethodType``), bound to the copy."""
     own = vars(module)
-    if compiled is not None and isinstance(module, compiled):
+    if is_compiled(module):
         twin.__dict__.update({name: copies[module._modules["_orig_mod"]] for name in ("forward", "_forward") if name in own})
         return
     if "_hf_hook" in own:
@@ -508,7 +508,6 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     """
     swapped: dict[Hashable, torch.Tensor] = {}
     keys = value_keys(model)
-    compiled = imported_class("torch._dynamo.eval_frame", "OptimizedModule")
     copies: dict[nn.Module, nn.Module] = {}
     pending = [model]
     while pending:  # every module once, shared ones too
@@ -524,7 +523,7 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
         twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped, keys, fake_mode) for name, b in module._buffers.items()}
         twin.__dict__.update({name: copy.copy(value) for name, value in vars(module).items() if name.endswith("hooks") or name.endswith("hooks_with_kwargs") or name.endswith("always_called")})
         twin.__dict__["_modules"] = {name: None if child is None else copies[child] for name, child in module._modules.items()}
-        _calls_its_own(module, twin, copies, compiled)
+        _calls_its_own(module, twin, copies)
     twin = copies[model]
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
     args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped, keys, fake_mode) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)

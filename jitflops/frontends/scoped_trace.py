@@ -46,7 +46,8 @@ from torch.jit import TracerWarning
 from .data_dependence import TraceWarnings
 from ..core.errors import DataDependentTraceWarning, JitflopsError, TraceError, describe_scope
 from .meta_values import READS_A_VALUE, computes_by_default, meta_kernels_for_tracing, empty_copy, holds_meta, lost_values, meta_blocker, reads_a_meta_value
-from .jit_fallback import USE_DISPATCH, is_compiled
+from .jit_fallback import USE_DISPATCH
+from ..core.imported_classes import is_compiled
 from ..core.model_guard import preserved
 from ..core.model_io import FlatCall, ModelCall
 from ..core.records import JitOpRecord, OpRecord
