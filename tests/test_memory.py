@@ -8,6 +8,7 @@ import functools
 import json
 import math
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -41,6 +42,27 @@ def _llama(layers: int = 2) -> nn.Module:
                                       vocab_size=1000, max_position_embeddings=512)
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config)
+
+
+def _adamw_step(model: nn.Module, inputs: dict[str, torch.Tensor]) -> tuple[Callable[[], None], torch.optim.Optimizer]:
+    """An AdamW step of ``model`` from its loss on ``inputs`` (the output dropped before the
+    optimizer steps), run once so that the next is steady, and its optimizer."""
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def step() -> None:
+        output = model(**inputs)
+        output.loss.backward()
+        del output
+        optimizer.step()
+        optimizer.zero_grad()
+    step()
+    return step, optimizer
+
+
+def _steady_adamw_peak(model: nn.Module, inputs: dict[str, torch.Tensor]) -> int:
+    """MemTracker's peak of a steady AdamW step of ``model`` (:func:`_adamw_step`)."""
+    step, optimizer = _adamw_step(model, inputs)
+    return memtracker_peak(step, model, optimizer)
 
 
 def test_mlp_with_adamw_by_hand_and_by_memtracker():
@@ -91,15 +113,7 @@ def test_llama_against_memtracker_and_the_profilers_timeline(mode):
             with torch.no_grad():
                 model(**inputs)
     else:
-        optimizer = torch.optim.AdamW(model.parameters())
-
-        def step() -> None:
-            output = model(**inputs)
-            output.loss.backward()
-            del output
-            optimizer.step()
-            optimizer.zero_grad()
-        step()
+        step, optimizer = _adamw_step(model, inputs)
     tracked = memtracker_peak(step, model, optimizer) + 2 * ids.nbytes
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         step()
@@ -129,16 +143,7 @@ def test_a_model_prepared_by_accelerate_for_mixed_precision_against_memtracker()
     assert inference.peak > memory_footprint(_llama(), {"input_ids": ids}).peak * 1.1
     inputs = {"input_ids": ids, "labels": ids.clone()}
     training = memory_footprint(model, inputs, train="adamw")
-    optimizer = torch.optim.AdamW(model.parameters())
-
-    def step() -> None:
-        output = model(**inputs)
-        output.loss.backward()
-        del output
-        optimizer.step()
-        optimizer.zero_grad()
-    step()
-    assert abs(training.peak / (memtracker_peak(step, model, optimizer) + 2 * ids.nbytes) - 1) < 0.0001
+    assert abs(training.peak / (_steady_adamw_peak(model, inputs) + 2 * ids.nbytes) - 1) < 0.0001
     assert predict_training_step(model, (), inputs, device="h100").backward_s > 0
 
 
@@ -263,16 +268,7 @@ def test_a_mixture_of_experts_in_either_dtype_against_memtracker(family, dtype):
             model(**inputs)
     assert inference.peak == memtracker_peak(infer, model) + 2 * ids.nbytes
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters())
-
-    def step() -> None:
-        output = model(**inputs)
-        output.loss.backward()
-        del output
-        optimizer.step()
-        optimizer.zero_grad()
-    step()
-    assert training.peak == memtracker_peak(step, model, optimizer) + 2 * ids.nbytes
+    assert training.peak == _steady_adamw_peak(model, inputs) + 2 * ids.nbytes
 
 
 def test_a_mixture_of_experts_on_the_meta_device_for_a_gpu():
