@@ -552,8 +552,7 @@ def counted_on_meta(model: nn.Module, call: ModelCall) -> tuple[nn.Module, Model
     were broken (:func:`~jitflops.core.tied_weights.has_broken_ties`): the copy ties them again, and
     a backward accumulates their gradients as the loaded model's does. Else the model itself,
     on :func:`on_the_models_meta_device` of the call."""
-    strays = built_on_meta(model) and not all(t.is_meta for t in [*model.parameters(), *model.buffers()])
-    if strays or has_broken_ties(model):
+    if built_on_meta(model) and (has_broken_ties(model) or not all(t.is_meta for t in [*model.parameters(), *model.buffers()])):
         twin, twin_call, _ = empty_copy(model, call)
         return twin, twin_call
     return model, on_the_models_meta_device(model, call)
