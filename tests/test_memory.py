@@ -178,20 +178,44 @@ def test_a_model_under_weight_norm_parametrization_against_memtracker():
     assert memory_footprint(wav2vec2, (audio,)).peak == memtracker_peak(infer, wav2vec2)
 
 
-def test_an_estimate_of_a_forward_that_reads_a_value_says_what_to_leave_out():
-    """wav2vec2's CTC loss reads its labels' lengths (``.item()``), which fake tensors do not have:
-    the memory estimate and the training step's prediction said only "DataDependentOutputException:
-    aten._local_scalar_dense.default". They now name the root module and say to leave out the input
+def test_a_forward_that_reads_a_value_is_estimated_on_the_models_values_and_on_meta_says_what_to_leave_out():
+    """wav2vec2's CTC loss reads its labels' lengths (``.item()``), and Qwen2-VL's vision tower its
+    patch grid, which fake tensors do not have: the memory estimate and the training step's
+    prediction failed (one transformers architecture in five, in a sweep of every eighth). A model
+    with values now runs its step on a copy with them, under the same accounting: MemTracker's peak
+    to the byte (beside the inputs MemTracker does not see: CTC's labels), the model untouched. On
+    meta, where there are no values, the error names the root module and says to leave out the input
     whose values the forward reads."""
     from jitflops import TraceError, predict_training_step
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel, Qwen2VLVisionConfig
 
     config = transformers.Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(32, 32), conv_stride=(5, 4),
-                                         conv_kernel=(10, 8), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, vocab_size=12)
+                                         conv_kernel=(10, 8), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, vocab_size=12, layerdrop=0.0)
+    torch.manual_seed(0)
     model, audio = transformers.Wav2Vec2ForCTC(config), torch.randn(2, 4000)
     call = {"input_values": audio, "labels": torch.randint(1, 12, (2, 10))}
-    for estimate in (lambda: memory_footprint(model, (), call, train="adamw"), lambda: predict_training_step(model, (), call, device="h100")):
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    estimate = memory_footprint(model, (), call, train="adamw")
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+    assert estimate.settings["computed"] == "on the model's values, which its forward reads"
+    assert predict_training_step(model, (), call, device="h100").backward_s > 0
+    assert estimate.peak == _steady_adamw_peak(model, call) + call["labels"].nbytes
+
+    vision = Qwen2VisionTransformerPretrainedModel(Qwen2VLVisionConfig(depth=2, embed_dim=64, hidden_size=64, num_heads=4, mlp_ratio=2)).eval()
+    patches = {"hidden_states": torch.randn(96, 3 * 2 * 14 * 14), "grid_thw": torch.tensor([[1, 8, 12]])}  # 8 x 12 patches of 14 pixels, 2 frames
+
+    def infer() -> None:
+        with torch.no_grad():
+            vision(**patches)
+    assert memory_footprint(vision, (), patches).peak == memtracker_peak(infer, vision)  # whose ops read both inputs
+
+    with torch.device("meta"):
+        on_meta = transformers.Wav2Vec2ForCTC(config)
+    meta_call = {name: tensor.to("meta") for name, tensor in call.items()}
+    for unrun in (lambda: memory_footprint(on_meta, (), meta_call, train="adamw"), lambda: predict_training_step(on_meta, (), meta_call, device="h100"),
+                  lambda: memory_footprint(model, (), call, train="adamw", compute=False)):
         with pytest.raises(TraceError, match=r"the root module \(Wav2Vec2ForCTC\)") as raised:
-            estimate()
+            unrun()
         assert "leave out the input whose values it reads" in " ".join(raised.value.__notes__)
 
 

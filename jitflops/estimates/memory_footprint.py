@@ -1,5 +1,5 @@
 """``memory_footprint``: the memory a model needs for inference or a training step, per module,
-estimated without allocating it; ``largest_fitting``: the largest batch or length that fits.
+estimated without allocating it (where the forward reads no value); ``largest_fitting``: the largest batch or length that fits.
 
 The step runs on a copy of the model made of fake tensors (``FakeTensorMode``) on the device the
 model is on: a model on a GPU of this machine gets fake CUDA tensors, so that the step takes the
@@ -12,6 +12,10 @@ from the output's ``loss`` (else from the sum of its floating outputs), the outp
 the optimizer's ``step`` and ``zero_grad``. The peak is a steady step's, not the first's (whose
 optimizer state does not exist yet during its forward and backward): the state the step makes is
 counted from before the forward on. Inference is the forward under ``no_grad`` in eval mode, its output kept.
+
+A forward that reads a value (a vision encoder's patch grid, a CTC loss's label lengths) cannot run
+on fake tensors: where the model has values, the step runs on a copy with them instead, under the
+same recorder (it allocates and computes then, as torch's ``MemTracker`` does).
 
 The user's model is never touched: the copy has its own parameters, buffers and hook tables.
 """
@@ -35,7 +39,9 @@ from .memory_estimate import (
     KVCache, MemoryEstimate, StepRecord, bytes_by_category, module_memory, peak_of, phase_at, unseen_saved,
 )
 from .memory_recorder import BACKWARD, FORWARD, OPTIMIZER, MemoryRecorder, MemoryRecording
-from ..frontends.meta_values import DEVICE_META_KERNELS, READS_A_FAKE_VALUE, empty_copy, meta_kernels, reads_a_fake_value
+from ..frontends.meta_values import (
+    DEVICE_META_KERNELS, READS_A_FAKE_VALUE, empty_copy, holds_values, meta_kernels, reads_a_fake_value, valued_copy,
+)
 from ..core.model_io import ModelCall, generation_cache, tensor_leaves, tensors_inside
 from .optimizers import OptimizerChoice, optimizer_factory
 
@@ -98,6 +104,7 @@ def memory_footprint(
     tp_plan: Optional[TensorParallelPlan] = None,
     device: Union[None, str, DeviceSpec] = None,
     kv_cache_length: Optional[int] = None,
+    compute: bool = True,
 ) -> MemoryEstimate:
     """The memory ``model`` needs to run on ``inputs`` (fvcore's ``inputs``: a tuple of positional
     arguments, a mapping of keyword arguments, or one tensor).
@@ -128,6 +135,11 @@ def memory_footprint(
       of this machine is estimated as on that GPU, with CUDA's kernels, whatever ``device`` says.
     - ``kv_cache_length``: with inference, the generation length the KV cache is grown to (its
       bytes per token are read from the output's ``past_key_values``).
+    - ``compute``: where the forward reads a value (``.item()``, a size set by a tensor's values:
+      a vision encoder's patch grid, a CTC loss's label lengths), which fake tensors do not have,
+      and the model and inputs have values (none on meta, no sharding asked), the step runs on a
+      copy of the model with its values, under the same accounting: real memory and time, the
+      model's memory twice (``settings["computed"]`` says so). False: raise instead.
     """
     spec = device_spec(device) if device is not None else None
     call = ModelCall.from_user(inputs, kwargs)
@@ -141,37 +153,50 @@ def memory_footprint(
         raise ValueError("checkpointing=True applies to training: give train=<optimizer>")
     if kv_cache_length is not None and train is not None:
         raise ValueError("kv_cache_length applies to inference (generation): leave train unset")
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    twin, fake_call, _ = empty_copy(model, call, fake_device, fake_mode)
     settings = {"dtype": dtype, "autocast": autocast, "master_weights": master_weights, "checkpointing": checkpointing, "fsdp": fsdp,
                 "tensor_parallel": tensor_parallel, "device": spec.name if spec else None, "batch": _batch(call)}
-    with ExitStack() as stack:
-        if fsdp is not None and tensor_parallel is not None:
-            mesh = stack.enter_context(fake_process_group(fsdp * tensor_parallel, tensor_parallel))
-            data_mesh, model_mesh = mesh["dp"], mesh["tp"]
-        elif fsdp is not None or tensor_parallel is not None:
-            data_mesh = model_mesh = stack.enter_context(fake_process_group(fsdp or tensor_parallel))
-        stack.enter_context(fake_mode)
-        stack.enter_context(meta_kernels(DEVICE_META_KERNELS))
-        if dtype is not None:
-            _cast_weights(twin, dtype)
-            fake_call = _cast_floating(fake_call, dtype)
-        twin.train(train is not None)
-        if checkpointing:
-            getattr(twin, _checkpointing_switch(twin))()
-        # outside the fake mode, the copy's tensors still dispatch to it, while a mesh's rank map (a
-        # real integer tensor, which FSDP2 on a 2-D mesh indexes to concatenate its meshes) stays real
-        with unset_fake_temporarily():
-            if tensor_parallel is not None:
-                shard_like_tensor_parallel(twin, model_mesh, tp_plan)
-            if fsdp is not None:
-                shard_like_fsdp2(twin, data_mesh, fsdp_units)
-        step = _Step(twin, fake_call, rounding)
-        try:
-            output = _run(step, factory, autocast, master_weights, torch.device(fake_device).type)
-        except Exception as error:
-            raise _named_error(step, error) from error
-        kv_cache = _kv_cache(output, call, kv_cache_length) if kv_cache_length is not None else None
+
+    def recorded(values: bool) -> tuple[_Step, Optional[KVCache]]:
+        """The step on a copy of the model: of fake tensors, or with ``values`` its values'."""
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        twin, twin_call = valued_copy(model, call) if values else empty_copy(model, call, fake_device, fake_mode)[:2]
+        with ExitStack() as stack:
+            if fsdp is not None and tensor_parallel is not None:
+                mesh = stack.enter_context(fake_process_group(fsdp * tensor_parallel, tensor_parallel))
+                data_mesh, model_mesh = mesh["dp"], mesh["tp"]
+            elif fsdp is not None or tensor_parallel is not None:
+                data_mesh = model_mesh = stack.enter_context(fake_process_group(fsdp or tensor_parallel))
+            if not values:
+                stack.enter_context(fake_mode)
+                stack.enter_context(meta_kernels(DEVICE_META_KERNELS))
+            if dtype is not None:
+                _cast_weights(twin, dtype)
+                twin_call = _cast_floating(twin_call, dtype)
+            twin.train(train is not None)
+            if checkpointing:
+                getattr(twin, _checkpointing_switch(twin))()
+            # outside the fake mode, the copy's tensors still dispatch to it, while a mesh's rank map (a
+            # real integer tensor, which FSDP2 on a 2-D mesh indexes to concatenate its meshes) stays real
+            with unset_fake_temporarily():
+                if tensor_parallel is not None:
+                    shard_like_tensor_parallel(twin, model_mesh, tp_plan)
+                if fsdp is not None:
+                    shard_like_fsdp2(twin, data_mesh, fsdp_units)
+            step = _Step(twin, twin_call, rounding)
+            try:
+                output = _run(step, factory, autocast, master_weights, torch.device(fake_device).type)
+            except Exception as error:
+                raise _named_error(step, error) from error
+            return step, _kv_cache(output, call, kv_cache_length) if kv_cache_length is not None else None
+
+    try:
+        step, kv_cache = recorded(values=False)
+    except TraceError as error:
+        unsharded = fsdp is None and tensor_parallel is None
+        if not (compute and unsharded and reads_a_fake_value(error.__cause__) and holds_values(model, call)):
+            raise
+        step, kv_cache = recorded(values=True)
+        settings["computed"] = "on the model's values, which its forward reads"
     recording = step.recording
     since = recording.phase_starts[FORWARD]
     peak, tick = peak_of(recording, since)
@@ -341,13 +366,14 @@ def largest_fitting(
     """The largest ``n`` in ``[low, high]`` whose ``memory_footprint(model, inputs_of(n), **options)``
     fits in ``memory`` (bytes or a device), and its estimate; ``(low - 1, None)`` when ``low`` does
     not fit. ``inputs_of`` makes the inputs (``kwargs_of`` the keyword arguments) for a batch size
-    or a sequence length ``n``: the footprint grows with it, so sizes are doubled, then bisected."""
+    or a sequence length ``n``: the footprint grows with it, so sizes are doubled, then bisected, each
+    on fake tensors alone (``compute=False``: the sizes tried outgrow what this machine holds)."""
     if low < 1 or high < low:
         raise ValueError(f"need 1 <= low <= high, got low={low}, high={high}")
     estimates: dict[int, MemoryEstimate] = {}
 
     def fits(n: int) -> bool:
-        estimates[n] = memory_footprint(model, inputs_of(n), kwargs_of(n) if kwargs_of else None, **options)
+        estimates[n] = memory_footprint(model, inputs_of(n), kwargs_of(n) if kwargs_of else None, **{**options, "compute": False})
         return estimates[n].fits(memory)
 
     if not fits(low):

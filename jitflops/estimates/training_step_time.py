@@ -1,7 +1,7 @@
 """The time of a training step, predicted: forward, backward and the optimizer's step, on a device.
 
 The step is recorded on a fake copy of the model (nothing is allocated or computed, the model is
-never touched), in training mode, by the dispatch backend: the forward, then the backward from the
+never touched; where its forward reads a value, on a copy with the model's values), in training mode, by the dispatch backend: the forward, then the backward from the
 output's ``loss`` (else from the sum of its floating-point outputs), as the memory estimate runs it.
 The optimizer's step is recorded on the copy's parameters with gradients, its state made by a
 first step: a steady step's ops (AdamW's, per tensor on a CPU, ``foreach`` over lists on a GPU, as
@@ -14,6 +14,7 @@ as glibc's heap faults them in, step after step (:mod:`jitflops.estimates.heap_p
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Optional
 
@@ -21,12 +22,13 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from ..core.errors import TraceError
 from ..core.model_io import ModelCall
 from ..core.process_groups import is_dtensor
 from ..core.records import BACKWARD, FORWARD, RECOMPUTE
 from ..engine.counting import module_aliases
 from ..frontends.dispatch_trace import BackwardFn, DispatchTrace, loss_backward, record_with_dispatch
-from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
+from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, holds_values, meta_kernels, reads_a_fake_value, valued_copy
 from .devices import device_spec, is_cpu_spec
 from .heap_pages import heap_pages
 from .optimizers import OptimizerChoice, OptimizerFactory, optimizer_factory
@@ -134,18 +136,30 @@ def record_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mapping
     """One training step of ``model`` on ``inputs``, recorded on a fake copy (the model is never
     touched): the forward and the backward (``backward``: how to run it from the output; by default
     from its ``loss``, else the sum of its floating outputs), and a steady step of ``optimizer``
-    (``foreach``: over lists, as on a GPU)."""
+    (``foreach``: over lists, as on a GPU). Where the forward reads a value (which fake tensors do
+    not have) and the model has values, on a copy with them, computed."""
     call = ModelCall.from_user(inputs, kwargs)
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    twin, fake_call, _ = empty_copy(model, call, "cpu", fake_mode)
     factory = optimizer_factory(optimizer, foreach=foreach)
-    with fake_mode, meta_kernels(DEVICE_META_KERNELS):
-        twin.train()
-        aliases = module_aliases(twin)
-        step = record_with_dispatch(twin, fake_call, aliases, backward or loss_backward, fake_inputs=True, guarded=False, whole=WHOLE_CALLS,
-                                    whole_as_on_a_gpu=whole_as_on_a_gpu, count_bytecode=True, track_storages=True)
-        update = record_optimizer_step([parameter for parameter in twin.parameters() if parameter.requires_grad], factory, fake_inputs=True, count_bytecode=True)
-    return TrainingStepRecording(step, update, aliases)
+
+    def recorded(values: bool) -> TrainingStepRecording:
+        """The step on a copy of the model: of fake tensors, or with ``values`` its values'."""
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        twin, twin_call = valued_copy(model, call) if values else empty_copy(model, call, "cpu", fake_mode)[:2]
+        with nullcontext() if values else fake_mode, nullcontext() if values else meta_kernels(DEVICE_META_KERNELS):
+            twin.train()
+            aliases = module_aliases(twin)
+            step = record_with_dispatch(twin, twin_call, aliases, backward or loss_backward, fake_inputs=not values, guarded=False, whole=WHOLE_CALLS,
+                                        whole_as_on_a_gpu=whole_as_on_a_gpu, count_bytecode=True, track_storages=True)
+            update = record_optimizer_step([parameter for parameter in twin.parameters() if parameter.requires_grad], factory, fake_inputs=not values,
+                                           count_bytecode=True)
+        return TrainingStepRecording(step, update, aliases)
+
+    try:
+        return recorded(values=False)
+    except TraceError as error:
+        if not (reads_a_fake_value(error.__cause__) and holds_values(model, call)):
+            raise
+    return recorded(values=True)
 
 
 def predict_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mapping[str, Any]] = None, *, device: DeviceLike,

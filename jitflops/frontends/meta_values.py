@@ -360,23 +360,33 @@ def meta_kernels_for_tracing() -> ContextManager[None]:
     return meta_kernels(TRACING_META_KERNELS)
 
 
-def _empty_like(tensor: torch.Tensor, device: str, swapped: dict[Hashable, torch.Tensor], keys: Mapping[int, Hashable],
-                fake_mode: Optional[FakeTensorMode] = None) -> torch.Tensor:
-    """A tensor like ``tensor`` on ``device``, without values (a Parameter stays a Parameter); one
-    per set of values (``keys``: the model's parameters', :func:`~jitflops.core.tied_weights.value_keys`;
-    else :func:`~jitflops.core.tied_weights.values_key`), so shared weights stay shared, and ties
-    that ``init_empty_weights`` broke are made again. With ``fake_mode``, a fake tensor of it."""
+def _twin_tensor(tensor: torch.Tensor, make: Callable[[torch.Tensor], torch.Tensor], swapped: dict[Hashable, torch.Tensor],
+                 keys: Mapping[int, Hashable]) -> torch.Tensor:
+    """``make(tensor)`` (a Parameter stays a Parameter); one per set of values (``keys``: the
+    model's parameters', :func:`~jitflops.core.tied_weights.value_keys`; else
+    :func:`~jitflops.core.tied_weights.values_key`), so shared weights stay shared, and ties that
+    ``init_empty_weights`` broke are made again."""
     key = keys[id(tensor)] if id(tensor) in keys else values_key(tensor)
     if key not in swapped:
-        if fake_mode is None:
-            empty = torch.empty_like(tensor, device=device)
-        else:
-            with fake_mode:
-                empty = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=device)
+        made = make(tensor)
         kind = type(tensor)  # isinstance(tensor, nn.Parameter) runs the Parameter metaclass's Python: asked only of subclasses
         is_parameter = kind is nn.Parameter or (kind is not torch.Tensor and isinstance(tensor, nn.Parameter))
-        swapped[key] = nn.Parameter(empty, requires_grad=tensor.requires_grad) if is_parameter else empty.requires_grad_(tensor.requires_grad)
+        swapped[key] = nn.Parameter(made, requires_grad=tensor.requires_grad) if is_parameter else made.requires_grad_(tensor.requires_grad)
     return swapped[key]
+
+
+def _without_values(device: str, fake_mode: Optional[FakeTensorMode]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A tensor like a given one on ``device``, without values; with ``fake_mode``, a fake tensor of it."""
+    def make(tensor: torch.Tensor) -> torch.Tensor:
+        if fake_mode is None:
+            return torch.empty_like(tensor, device=device)
+        with fake_mode:
+            return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=device)
+    return make
+
+
+def _with_values(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().clone()
 
 
 def _plain(tensor: torch.Tensor) -> bool:
@@ -506,6 +516,18 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
     tensor parallelism, activation checkpointing). What calls the user's module instead of its
     copy is pointed at the copy (:func:`_calls_its_own`).
     """
+    return _copy(model, call, _without_values(device, fake_mode))
+
+
+def valued_copy(model: nn.Module, call: ModelCall) -> tuple[nn.Module, ModelCall]:
+    """:func:`empty_copy` with the values: each parameter, buffer and input cloned, for a step that
+    reads values (and an optimizer that writes them) to run on, the user's model untouched."""
+    twin, twin_call, _ = _copy(model, call, _with_values)
+    return twin, twin_call
+
+
+def _copy(model: nn.Module, call: ModelCall, make: Callable[[torch.Tensor], torch.Tensor]) -> tuple[nn.Module, ModelCall, dict[nn.Module, nn.Module]]:
+    """The copy of :func:`empty_copy`, its tensors made by ``make``."""
     swapped: dict[Hashable, torch.Tensor] = {}
     keys = value_keys(model)
     copies: dict[nn.Module, nn.Module] = {}
@@ -519,20 +541,25 @@ def empty_copy(model: nn.Module, call: ModelCall, device: str = "meta", fake_mod
             copies[module] = _module_copy(module)
             pending.extend(child for child in module._modules.values() if child is not None)
     for module, twin in copies.items():
-        twin.__dict__["_parameters"] = {name: None if p is None else _empty_like(p, device, swapped, keys, fake_mode) for name, p in module._parameters.items()}
-        twin.__dict__["_buffers"] = {name: None if b is None else _empty_like(b, device, swapped, keys, fake_mode) for name, b in module._buffers.items()}
+        twin.__dict__["_parameters"] = {name: None if p is None else _twin_tensor(p, make, swapped, keys) for name, p in module._parameters.items()}
+        twin.__dict__["_buffers"] = {name: None if b is None else _twin_tensor(b, make, swapped, keys) for name, b in module._buffers.items()}
         twin.__dict__.update({name: copy.copy(value) for name, value in vars(module).items() if name.endswith("hooks") or name.endswith("hooks_with_kwargs") or name.endswith("always_called")})
         twin.__dict__["_modules"] = {name: None if child is None else copies[child] for name, child in module._modules.items()}
         _calls_its_own(module, twin, copies)
     twin = copies[model]
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
-    args, kwargs = pytree.tree_unflatten([_empty_like(leaf, device, swapped, keys, fake_mode) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
+    args, kwargs = pytree.tree_unflatten([_twin_tensor(leaf, make, swapped, keys) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
     return twin, ModelCall(args, kwargs), copies
 
 
 def holds_meta(parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
     """Whether the model (``parameters``: its) or the call is on the meta device."""
     return any(t.is_meta for t in [*parameters, *call.tensors()])
+
+
+def holds_values(model: nn.Module, call: ModelCall) -> bool:
+    """Whether the model's parameters and buffers and the call's tensors all have values (none is on meta)."""
+    return not any(t.is_meta for t in [*model.parameters(), *model.buffers(), *call.tensors()])
 
 
 def built_on_meta(model: nn.Module) -> bool:
