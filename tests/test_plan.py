@@ -781,3 +781,41 @@ def test_serving_with_pipeline_stages_splits_the_memory_and_sends_the_hidden_sta
     assert main(["plan", str(tmp_path / "config.json"), "--serve", "--batch", "2", "--prompt", "64", "--new-tokens", "4", "--gpus", "4", "--pp", "2", "--format", "json"]) == 0
     plans = json.loads(capsys.readouterr().out)["serving"]
     assert [(plan["tp"], plan["pp"]) for plan in plans] == [(1, 2), (2, 2)]
+
+
+def test_deepseeks_latent_attention_is_predicted_and_planned_on_gpus():
+    """DeepSeek-V2 and V3's latent attention has values narrower than its queries and keys (16 beside
+    24 here; 128 beside 192 in V3). FlashAttention refuses them, and the GPU's stand-in for a whole
+    attention call ran the CPU's flash kernel, whose output took the queries' width:
+    ``predict_training_step`` on a GPU and every ``plan_training`` of such a model failed ("a and b
+    must have same reduction dim" in ``o_proj``). The call now runs the memory-efficient kernel, as
+    CUDA picks it, one op each way. transformers' tensor-parallel plan for them replicates
+    ``kv_a_proj_with_mqa`` (``mla_kv_a_proj``, which was refused): one rank holds it whole, and half
+    of each weight the plan shards (by hand from the model's ``_tp_plan``)."""
+    from fnmatch import fnmatch
+
+    from jitflops import predict_training_step
+    from jitflops.estimates.training_step_time import record_training_step
+
+    config = transformers.DeepseekV3Config(hidden_size=96, intermediate_size=160, moe_intermediate_size=64, num_hidden_layers=2, first_k_dense_replace=1,
+                                           num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                                           n_group=1, topk_group=1, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                                           vocab_size=800)
+    torch.manual_seed(0)
+    model = transformers.DeepseekV3ForCausalLM(config)
+    with torch.device("meta"):
+        on_meta = transformers.DeepseekV3ForCausalLM(config)
+    ids = torch.randint(0, 800, (2, 16))
+    call = {"input_ids": ids, "labels": ids}
+    step = record_training_step(model, (), call, whole_as_on_a_gpu=True).step
+    attention = [record for _, record in step.records if "attention" in record.kind]
+    assert [record.kind for record in attention] == ["aten::scaled_dot_product_attention"] * 2 + ["aten::_scaled_dot_product_efficient_attention_backward"] * 2
+    assert predict_training_step(on_meta, (), call, device="h100") == predict_training_step(model, (), call, device="h100")
+    assert plan_training(on_meta, 256, 16, "h100", 4, tp=2, ep=2).step_s > 0
+
+    sharded = {name for name, _ in model.named_modules() if any(fnmatch(name, pattern) and style != "mla_kv_a_proj" for pattern, style in model._tp_plan.items())}
+    halved = sum(p.nbytes for name, p in model.named_parameters() if name.rpartition(".")[0] in sharded) // 2
+    estimate = memory_footprint(model, (), call, train="adamw", tensor_parallel=2)
+    assert estimate.at_peak["parameters"] == sum(p.nbytes for p in model.parameters()) - halved
+    kv_a = model.model.layers[0].self_attn.kv_a_proj_with_mqa.weight
+    assert estimate.modules["model.layers.0.self_attn.kv_a_proj_with_mqa"].parameters == kv_a.nbytes

@@ -108,13 +108,15 @@ def parallel_styles() -> dict[str, Any]:
     """The style names of transformers' tensor-parallel plans that torch's Megatron styles are:
     a vocabulary-parallel embedding, or a row-wise layer splitting a whole input, is
     ``RowwiseParallel`` of a replicated input (as torchtitan's embedding); a replicated module
-    (whose gradient is all-reduced) is left as it is: None. Its memory is the same."""
+    (whose gradient is all-reduced: ``replicated_with_grad_allreduce``, and DeepSeek's latent
+    attention's ``mla_kv_a_proj``, whose rotary part's gradient is; ``replicate``) is left as it
+    is: None. Its memory is the same; the all-reduce of its gradient is not recorded."""
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     return {"colwise": ColwiseParallel(), "rowwise": RowwiseParallel(), "colwise_gather_output": ColwiseParallel(output_layouts=Replicate()),
             "embedding_rowwise": RowwiseParallel(input_layouts=Replicate()), "rowwise_split_input": RowwiseParallel(input_layouts=Replicate()),
-            "replicated_with_grad_allreduce": None}
+            "replicated_with_grad_allreduce": None, "mla_kv_a_proj": None, "replicate": None}
 
 
 def tensor_parallel_plan(model: nn.Module, plan: Optional[TensorParallelPlan] = None) -> dict[str, Any]:

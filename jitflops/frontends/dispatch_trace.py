@@ -208,6 +208,17 @@ def _flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
 
 
+def _memory_efficient_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor], dropout_p: float,
+                                is_causal: bool, scale: Optional[float]) -> torch.Tensor:
+    """A GPU's memory-efficient kernel, one op forward and one backward (its meta kernels exist): a
+    boolean mask is its additive bias."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device).masked_fill_(attn_mask.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        attn_mask = attn_mask.expand(*query.shape[:-1], key.shape[-2])
+    return torch.ops.aten._scaled_dot_product_efficient_attention(query, key, value, attn_mask, query.requires_grad, dropout_p, is_causal, scale=scale)[0]
+
+
 def _the_cpu_takes_its_flash_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor],
                                     dropout_p: float, is_causal: bool, scale: Optional[float], enable_gqa: bool) -> bool:
     """Whether a CPU runs this call by its flash kernel: torch's own choice (``torch._fused_sdp_choice``),
@@ -238,13 +249,17 @@ def _attention_by_a_gpus_fused_kernel(query: torch.Tensor, key: torch.Tensor, va
                                       dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None, enable_gqa: bool = False) -> torch.Tensor:
     """``scaled_dot_product_attention`` as a GPU runs it: one fused kernel each way, grouped queries
     and dropout too (FlashAttention's and cuDNN's take them), run here by the CPU's flash kernel once
-    the keys' and values' heads are repeated (a step the whole call's record leaves out). A mask that
-    needs a gradient keeps the math path."""
+    the keys' and values' heads are repeated (a step the whole call's record leaves out); values of a
+    width of their own (DeepSeek's latent attention: queries and keys of 192, values of 128), which
+    flash kernels refuse, by the memory-efficient kernel, as CUDA picks it. A mask that needs a
+    gradient keeps the math path."""
     if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
         return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         groups = query.shape[-3] // key.shape[-3]
         key, value = key.repeat_interleave(groups, dim=-3), value.repeat_interleave(groups, dim=-3)
+    if value.shape[-1] != query.shape[-1]:
+        return _memory_efficient_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
     return _flash_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 
