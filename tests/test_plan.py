@@ -819,3 +819,23 @@ def test_deepseeks_latent_attention_is_predicted_and_planned_on_gpus():
     assert estimate.at_peak["parameters"] == sum(p.nbytes for p in model.parameters()) - halved
     kv_a = model.model.layers[0].self_attn.kv_a_proj_with_mqa.weight
     assert estimate.modules["model.layers.0.self_attn.kv_a_proj_with_mqa"].parameters == kv_a.nbytes
+
+
+def test_layers_that_do_not_divide_into_the_stages_are_split_as_evenly_as_they_go():
+    """DeepSeek-V3 trained its 61 layers over 16 pipeline stages; ``plan_training`` refused any
+    layout whose stages do not divide the layers. They are split as evenly as they go, the first
+    stages one longer: 3 layers over 2 stages hold the embedding and 2 layers, then a layer, the
+    norm and the head, each stage's weights by hand."""
+    with torch.device("meta"):
+        model = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(
+            hidden_size=96, intermediate_size=160, moe_intermediate_size=64, num_hidden_layers=3, first_k_dense_replace=1, num_attention_heads=4,
+            num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1, q_lora_rank=48,
+            kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, vocab_size=800))
+
+    def nbytes(*modules: nn.Module) -> int:
+        return sum(p.numel() * p.element_size() for module in modules for p in module.parameters())
+    stages = plan_training(model, 256, 16, "h100", 2, pp=2).memory_per_stage
+    layers = model.model.layers
+    assert [stage.weights for stage in stages] == [nbytes(model.model.embed_tokens, layers[0], layers[1]), nbytes(layers[2], model.model.norm, model.lm_head)]
+    with pytest.raises(LayoutError, match="3 layers are fewer than 4 stages"):
+        plan_training(model, 256, 16, "h100", 4, pp=4)

@@ -334,7 +334,9 @@ class Planner:
         return part.optimizer_kernel_s * share + host + dispatches * self.spec.host_seconds("dtensor")
 
     def plan(self, layout: Layout, tokens: Optional[float] = None, tp_overlap: bool = True) -> TrainingPlan:
-        """The plan of ``layout``: it must use every GPU of its product and divide the model's layers."""
+        """The plan of ``layout``: it must use every GPU of its product. Layers that do not divide into
+        its stages are split as evenly as they go, the first stages one longer (DeepSeek-V3's 61
+        over 16 stages: 13 of 4 and 3 of 3); the slowest stage sets the step."""
         micro_batches = layout.micro_batches(self.global_batch)
         check_heads_divide(self.model, layout.tp)
         if self.sequence % layout.cp:
@@ -343,8 +345,8 @@ class Planner:
         costs = self.recordings.costs(layout.tp, layout.micro_batch, sequence, self.spec, sequence_parallel=layout.sequence_parallel)
         self._check_splits(layout, costs)
         chunks = layout.pp * layout.virtual_stages
-        if costs.layers % chunks:
-            raise LayoutError(f"{costs.layers} layers do not divide into {layout.pp} stages x {layout.virtual_stages} chunks")
+        if costs.layers < chunks:
+            raise LayoutError(f"{costs.layers} layers are fewer than {layout.pp} stages x {layout.virtual_stages} chunks")
         ranges = _split(costs.layers, chunks)
         per_rank = [costs.stage(*ranges[rank], chunks, rank) for rank in range(layout.pp)]
         for chunk in range(1, layout.virtual_stages):  # an interleaved rank holds a chunk of each round
