@@ -38,7 +38,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..core.model_io import ModelCall, generating_module, generation_cache, tensors_inside
-from ..frontends.meta_values import empty_copy
+from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
 from .devices import DeviceSpec, device_spec
 from .roofline import DeviceLike, PredictedTimeAnalysis
 
@@ -81,8 +81,9 @@ def generate_call(model: nn.Module, ids: torch.Tensor, cached: int, cache: Any) 
 
 
 def _cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
-    """The KV cache a forward over ``ids`` leaves (on meta tensors)."""
-    with torch.no_grad():
+    """The KV cache a forward over ``ids`` leaves (on meta tensors, with the meta kernels that take
+    what the devices' kernels do: a float32 mixture of experts' grouped product)."""
+    with torch.no_grad(), meta_kernels(DEVICE_META_KERNELS):
         cache = generation_cache(model(**generate_call(model, ids, 0, None)))
     if cache is None:
         raise ValueError(f"{type(model).__name__} returned no cache with use_cache=True: its decode steps cannot be predicted")
