@@ -97,7 +97,7 @@ def test_get_model_profile_in_generate_mode_shows_prefill_and_decode_steps(capsy
     assert "KV cache share of the decode MACs" in out
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "mixtral"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "mixtral", "mbart"])
 def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family):
     """A model on the meta device has no values to generate with: ``generate`` failed inside its
     first forward ("Tensor on device meta is not on the expected device cpu!"). Its calls are made
@@ -106,14 +106,19 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
     whose figures the tests above check by hand. The prompt given on the CPU, as users make it.
     A float32 mixture of experts (Mixtral's grouped product, whose meta kernel in torch takes
     bfloat16 alone) failed in the forward that makes a decode step's cache: the count on meta and
-    ``predict_generation`` of any such model (8 of 29 decoders in a sweep of every sixth). Its
-    prediction on meta is the CPU model's."""
+    ``predict_generation`` of any such model (8 of 29 decoders in a sweep of every sixth); MBart's
+    and Blenderbot's decoders there, which read the mask they make ("Tensor.item() cannot be called
+    on meta tensors"). Its prediction on meta is the CPU model's."""
     from jitflops import predict_generation
 
     torch.manual_seed(0)
     if family == "gpt2":
         config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=64)
         model_class = transformers.GPT2LMHeadModel
+    elif family == "mbart":
+        config = transformers.MBartConfig(d_model=64, decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=128, vocab_size=100, eos_token_id=None,
+                                          forced_eos_token_id=None)
+        model_class = transformers.MBartForCausalLM
     elif family == "mixtral":
         config = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                             vocab_size=100, num_local_experts=4, num_experts_per_tok=2, eos_token_id=None)  # every token generated
