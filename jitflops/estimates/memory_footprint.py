@@ -158,9 +158,12 @@ def memory_footprint(
 
     def recorded(values: bool) -> tuple[_Step, Optional[KVCache]]:
         """The step on a copy of the model: of fake tensors, or with ``values`` its values'."""
-        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        twin, twin_call = valued_copy(model, call) if values else empty_copy(model, call, fake_device, fake_mode)[:2]
         with ExitStack() as stack:
+            if values:
+                twin, twin_call = valued_copy(model, call)
+            else:
+                fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+                twin, twin_call, _ = empty_copy(model, call, fake_device, fake_mode)
             if fsdp is not None and tensor_parallel is not None:
                 mesh = stack.enter_context(fake_process_group(fsdp * tensor_parallel, tensor_parallel))
                 data_mesh, model_mesh = mesh["dp"], mesh["tp"]

@@ -14,7 +14,7 @@ as glibc's heap faults them in, step after step (:mod:`jitflops.estimates.heap_p
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Optional
 
@@ -143,9 +143,14 @@ def record_training_step(model: nn.Module, inputs: Any, kwargs: Optional[Mapping
 
     def recorded(values: bool) -> TrainingStepRecording:
         """The step on a copy of the model: of fake tensors, or with ``values`` its values'."""
-        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        twin, twin_call = valued_copy(model, call) if values else empty_copy(model, call, "cpu", fake_mode)[:2]
-        with nullcontext() if values else fake_mode, nullcontext() if values else meta_kernels(DEVICE_META_KERNELS):
+        with ExitStack() as stack:
+            if values:
+                twin, twin_call = valued_copy(model, call)
+            else:
+                fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+                twin, twin_call, _ = empty_copy(model, call, "cpu", fake_mode)
+                stack.enter_context(fake_mode)
+                stack.enter_context(meta_kernels(DEVICE_META_KERNELS))
             twin.train()
             aliases = module_aliases(twin)
             step = record_with_dispatch(twin, twin_call, aliases, backward or loss_backward, fake_inputs=not values, guarded=False, whole=WHOLE_CALLS,
