@@ -38,7 +38,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..core.model_io import ModelCall, generating_module, generation_cache, tensors_inside
-from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels, reads_a_meta_value
+from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
 from ..frontends.traced_path import on_the_traced_path
 from .devices import DeviceSpec, device_spec
 from .roofline import DeviceLike, PredictedTimeAnalysis
@@ -83,21 +83,11 @@ def generate_call(model: nn.Module, ids: torch.Tensor, cached: int, cache: Any) 
 
 def _cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
     """The KV cache a forward over ``ids`` leaves (on meta tensors, with the meta kernels that take
-    what the devices' kernels do: a float32 mixture of experts' grouped product). A forward that
-    reads a value meta tensors do not have (MBart's decoder reads the mask it makes) takes the path
-    it takes when traced, which reads none, as a recording does."""
-    call = generate_call(model, ids, 0, None)
-
-    def forward() -> Any:
-        with torch.no_grad(), meta_kernels(DEVICE_META_KERNELS):
-            return generation_cache(model(**call))
-    try:
-        cache = forward()
-    except (RuntimeError, NotImplementedError) as error:
-        if not reads_a_meta_value(error):
-            raise
-        with on_the_traced_path():
-            cache = forward()
+    what the devices' kernels do: a float32 mixture of experts' grouped product), on the path the
+    model takes when traced, which reads no value meta tensors lack (MBart's decoder reads the mask
+    it makes otherwise), as a count on meta runs it."""
+    with torch.no_grad(), meta_kernels(DEVICE_META_KERNELS), on_the_traced_path():
+        cache = generation_cache(model(**generate_call(model, ids, 0, None)))
     if cache is None:
         raise ValueError(f"{type(model).__name__} returned no cache with use_cache=True: its decode steps cannot be predicted")
     return cache

@@ -559,7 +559,7 @@ def holds_meta(parameters: Sequence[torch.Tensor], call: ModelCall) -> bool:
 
 def holds_values(model: nn.Module, call: ModelCall) -> bool:
     """Whether the model's parameters and buffers and the call's tensors all have values (none is on meta)."""
-    return not any(t.is_meta for t in [*model.parameters(), *model.buffers(), *call.tensors()])
+    return not holds_meta([*model.parameters(), *model.buffers()], call)
 
 
 def built_on_meta(model: nn.Module) -> bool:
