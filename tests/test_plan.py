@@ -839,3 +839,16 @@ def test_layers_that_do_not_divide_into_the_stages_are_split_as_evenly_as_they_g
     assert [stage.weights for stage in stages] == [nbytes(model.model.embed_tokens, layers[0], layers[1]), nbytes(layers[2], model.model.norm, model.lm_head)]
     with pytest.raises(LayoutError, match="3 layers are fewer than 4 stages"):
         plan_training(model, 256, 16, "h100", 4, pp=4)
+
+
+def test_deepseek_v3_plans_its_published_layout_at_full_size_on_meta():
+    """The full DeepSeek-V3 (671 B parameters, 61 layers, 256 routed experts), built on meta as users
+    build it, over its published layout (16 pipeline stages by 64-way expert parallelism, 2,048
+    GPUs): the middle stages hold 4 layers (13 of them) or 3 (the last 3 but the head's), all of the
+    same mixture of experts, so their weights stand as 4 to 3."""
+    with torch.device("meta"):
+        model = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config())
+    plan = plan_training(model, 4096, 1024, "h100", 2048, pp=16, ep=64)
+    weights = [stage.weights for stage in plan.memory_per_stage]
+    assert len(weights) == 16 and plan.step_s > 0
+    assert weights[1] == weights[12] and weights[13] == weights[14] and 3 * weights[1] == 4 * weights[13]
