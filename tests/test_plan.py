@@ -736,10 +736,10 @@ def test_expert_parallelism_splits_the_experts_and_sends_the_routed_rows_by_all_
         Planner(_small_llama(), 512, 8, "h100", "dgx-h100").plan(Layout(dp=4, ep=2))
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [4])  # 2 ranks held the same (until 2026-12-07 also run here: 16 s of the suite)
 def test_the_planned_all_to_alls_are_what_transformers_expert_parallelism_runs_on_gloo_ranks(tmp_path, world):
     """A small Mixtral's training micro-batch under transformers' own expert parallelism
-    (``DistributedConfig(fsdp_size=world, ep_size=world)``: its ``AllToAllEP``) on 2 and 4 gloo processes: the
+    (``DistributedConfig(fsdp_size=world, ep_size=world)``: its ``AllToAllEP``) on 4 gloo processes: the
     plan's all-to-alls are as many as ``CommDebugMode`` counts (beside the split sizes' exchange,
     64 bytes a layer, which the plan leaves out), and their bytes, in the mean over the ranks (the
     routing decides which rank sends more), the real run's to the byte."""
