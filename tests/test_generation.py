@@ -97,7 +97,7 @@ def test_get_model_profile_in_generate_mode_shows_prefill_and_decode_steps(capsy
     assert "KV cache share of the decode MACs" in out
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "mixtral", "mbart"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "mixtral", "mbart", "prophetnet"])
 def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family):
     """A model on the meta device has no values to generate with: ``generate`` failed inside its
     first forward ("Tensor on device meta is not on the expected device cpu!"). Its calls are made
@@ -108,7 +108,9 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
     bfloat16 alone) failed in the forward that makes a decode step's cache: the count on meta and
     ``predict_generation`` of any such model (8 of 29 decoders in a sweep of every sixth); MBart's
     and Blenderbot's decoders there, which read the mask they make ("Tensor.item() cannot be called
-    on meta tensors"). Its prediction on meta is the CPU model's."""
+    on meta tensors"); ProphetNet's n-gram attention, which checks its position ids at each decode
+    step with ``torch_compilable_check`` (the same words, until 2026-12-07: its count and prediction
+    on meta, and its prediction on the CPU). Its prediction on meta is the CPU model's."""
     from jitflops import predict_generation
 
     torch.manual_seed(0)
@@ -119,6 +121,10 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
         config = transformers.MBartConfig(d_model=64, decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=128, vocab_size=100, eos_token_id=None,
                                           forced_eos_token_id=None)
         model_class = transformers.MBartForCausalLM
+    elif family == "prophetnet":
+        config = transformers.ProphetNetConfig(hidden_size=64, decoder_ffn_dim=128, num_decoder_layers=2, num_decoder_attention_heads=4, vocab_size=100,
+                                               ngram=2, eos_token_id=None)
+        model_class = transformers.ProphetNetForCausalLM
     elif family == "mixtral":
         config = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                             vocab_size=100, num_local_experts=4, num_experts_per_tok=2, eos_token_id=None)  # every token generated
@@ -135,7 +141,8 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
         by_length = count_generation(meta, ids, max_length=PROMPT + NEW)
     assert on_meta.steps == by_length.steps == _generate(model_class(config)).steps
     assert [(step.tokens, step.positions) for step in on_meta.steps] == [(6, 6), (1, 7), (1, 8)]
-    assert all(step.attention_macs > 0 for step in on_meta.steps)  # attention counted as attention (SDPA), not as products
+    # attention counted as attention (SDPA), not as products; ProphetNet's n-gram attention is products (einsum) alone
+    assert all(step.attention_macs > 0 for step in on_meta.steps) is (family != "prophetnet")
     assert predict_generation(meta, ids, NEW, device="h100") == predict_generation(model_class(config).eval(), ids, NEW, device="h100")
     with pytest.raises(ValueError, match="num_beams"):
         count_generation(meta, input_ids=ids, max_new_tokens=NEW, num_beams=2)

@@ -50,6 +50,7 @@ from .masked_scores import MaskedScorePairing
 from .storage_spans import StorageSpan, StorageSpans
 from .meta_values import DEVICE_META_KERNELS, READS_A_FAKE_VALUE, READS_A_VALUE, holds_meta, meta_kernels, reads_a_fake_value, reads_a_meta_value
 from .traced_path import on_the_traced_path
+from .value_checks import ValueChecks
 from ..core.model_guard import own_cycles_collected, preserved
 from ..core.model_io import ModelCall, tensor_leaves
 from ..core.process_groups import dispatches_to_dtensor, process_group_meta
@@ -411,6 +412,7 @@ class _OpRecorder(TorchDispatchMode):
         self._scope_cache: dict[frozenset[str], str] = {}
         self._last_scope: tuple[frozenset[str], str] = (frozenset(), "")
         self._signatures: dict[Any, Signature] = {}
+        self.value_checks = ValueChecks()
 
     def add(self, signature: Signature, args: tuple, kwargs: dict, output: Any) -> None:
         path = self._current_scope()
@@ -455,6 +457,9 @@ class _OpRecorder(TorchDispatchMode):
             return NotImplemented
         if isinstance(func, torch._ops.HigherOrderOperator):  # no schema, not an op of its own (DTensor's RNG wrapper)
             return func(*args, **kwargs)
+        passed = self.value_checks.answer(func, args)
+        if passed is not None:
+            return passed
         if not self.fake_ops_are_work and types and any(issubclass(t, FakeTensor) for t in types):
             self.inside_fake_op += 1
             try:
@@ -470,6 +475,7 @@ class _OpRecorder(TorchDispatchMode):
         if signature.group is not None:
             self.ran_collectives = True
         output = func(*args, **kwargs)
+        self.value_checks.after(func, output)
         if not (self.inside_function_level_op or self.inside_fake_op):
             self.add(signature, args, kwargs, output)
         return output

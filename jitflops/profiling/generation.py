@@ -30,7 +30,10 @@ _ATTENTION_KEYS = frozenset(short_op_name(kind) for kind in ("aten::scaled_dot_p
 @dataclass(frozen=True)
 class StepCount:
     """One forward of the generation: how many new tokens it took, over how many positions its
-    attention looked (cache + new), its MACs and the part of them in attention products."""
+    attention looked (cache + new), its MACs and the part of them in attention kernels (SDPA, the
+    flash and memory-efficient kernels): a model whose attention is plain products (``matmul``,
+    ``einsum``: ProphetNet's n-gram attention, an ``attn_implementation="eager"``) has them among
+    its products, and 0 here."""
 
     tokens: int
     positions: int
