@@ -97,7 +97,7 @@ def test_get_model_profile_in_generate_mode_shows_prefill_and_decode_steps(capsy
     assert "KV cache share of the decode MACs" in out
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "mixtral", "mbart", "prophetnet"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "mixtral", "mbart", "prophetnet", "bert"])
 def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family):
     """A model on the meta device has no values to generate with: ``generate`` failed inside its
     first forward ("Tensor on device meta is not on the expected device cpu!"). Its calls are made
@@ -110,7 +110,9 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
     and Blenderbot's decoders there, which read the mask they make ("Tensor.item() cannot be called
     on meta tensors"); ProphetNet's n-gram attention, which checks its position ids at each decode
     step with ``torch_compilable_check`` (the same words, until 2026-12-07: its count and prediction
-    on meta, and its prediction on the CPU). Its prediction on meta is the CPU model's."""
+    on meta, and its prediction on the CPU); BERT as a causal language model without ``is_decoder``,
+    which makes no cache but fills the one ``generate`` passes it ("returned no cache" until
+    2026-12-07, and BigBird's, RoBERTa's, MegatronBERT's so). Its prediction on meta is the CPU model's."""
     from jitflops import predict_generation
 
     torch.manual_seed(0)
@@ -125,6 +127,9 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
         config = transformers.ProphetNetConfig(hidden_size=64, decoder_ffn_dim=128, num_decoder_layers=2, num_decoder_attention_heads=4, vocab_size=100,
                                                ngram=2, eos_token_id=None)
         model_class = transformers.ProphetNetForCausalLM
+    elif family == "bert":
+        config = transformers.BertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100)
+        model_class = transformers.BertLMHeadModel
     elif family == "mixtral":
         config = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                             vocab_size=100, num_local_experts=4, num_experts_per_tok=2, eos_token_id=None)  # every token generated

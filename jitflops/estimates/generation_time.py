@@ -88,9 +88,26 @@ def _cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
     it makes otherwise), as a count on meta runs it."""
     with torch.no_grad(), meta_kernels(DEVICE_META_KERNELS), on_the_traced_path():
         cache = generation_cache(model(**generate_call(model, ids, 0, None)))
+        made = _generates_cache(model) if cache is None else None
+        if made is not None:
+            model(**generate_call(model, ids, 0, made))
+            cache = made if made.get_seq_length() else None
     if cache is None:
-        raise ValueError(f"{type(model).__name__} returned no cache with use_cache=True: its decode steps cannot be predicted")
+        raise ValueError(f"{type(model).__name__} returned no cache with use_cache=True, nor filled one generate makes: its decode steps cannot be predicted")
     return cache
+
+
+def _generates_cache(model: nn.Module) -> Any:
+    """The empty cache ``generate`` makes and passes to the prefill (a ``DynamicCache``), where a
+    model makes none of its own: an encoder as a causal language model (BERT's, RoBERTa's and
+    BigBird's without ``is_decoder``) fills it, and its decode steps take one token. None where
+    ``generate`` makes none either."""
+    supports = getattr(type(model), "_supports_default_dynamic_cache", None)
+    if supports is None or not supports():
+        return None
+    from transformers import DynamicCache  # generate() is transformers': so is its cache
+
+    return DynamicCache(config=model.config.get_text_config(decoder=True))
 
 
 def decode_call(model: nn.Module, ids: torch.Tensor, cached: int) -> dict[str, Any]:

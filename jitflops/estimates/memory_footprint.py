@@ -350,7 +350,8 @@ def _kv_cache(output: Any, call: ModelCall, length: int) -> KVCache:
     tensors = {id(t.untyped_storage()): t for t in tensors_inside(cache, depth=4)} if cache is not None else {}
     ids = next((t for t in call.tensors() if not t.is_floating_point() and t.dim() == 2), None)
     if not tensors or ids is None:
-        raise ValueError("kv_cache_length: the model returned no past_key_values for token ids of shape (batch, length): run it with use_cache=True")
+        raise ValueError("kv_cache_length: the model returned no past_key_values for token ids of shape (batch, length): run it with use_cache=True, "
+                         "as a decoder (an encoder as a causal language model, BERT's or RoBERTa's, returns none without config.is_decoder=True)")
     batch, prompt = ids.shape
     nbytes = sum(t.untyped_storage().nbytes() for t in tensors.values())
     return KVCache(nbytes // (batch * prompt), batch, prompt, length)
