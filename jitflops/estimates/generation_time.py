@@ -114,7 +114,24 @@ def decode_call(model: nn.Module, ids: torch.Tensor, cached: int) -> dict[str, A
     """The keyword arguments of the decode step ``generate`` makes for the last of ``ids`` after
     ``cached`` positions, with the cache a forward over that many tokens leaves."""
     longer = torch.zeros(ids.shape[0], cached, dtype=ids.dtype, device=ids.device)
-    return generate_call(model, ids[:, -1:], cached, _cache_after(model, longer))
+    cache = _cache_after(model, longer)
+    step = _step_ids(model, torch.cat([longer, ids[:, -1:]], dim=1), cache)
+    return generate_call(model, step, cached + 1 - step.shape[1], cache)
+
+
+def _step_ids(model: nn.Module, ids: torch.Tensor, cache: Any) -> torch.Tensor:
+    """The ids a decode step over ``ids`` passes, as the model's ``prepare_inputs_for_generation``
+    makes them: the last token, or all (CPM-Ant's forward slices the cached prefix off itself:
+    over the last token alone it attended over none). The last token where the model's preparation
+    takes other inputs or no ``next_sequence_length`` (transformers before 5)."""
+    prepare = getattr(model, "prepare_inputs_for_generation", None)
+    if prepare is None or "next_sequence_length" not in inspect.signature(prepare).parameters:
+        return ids[:, -1:]
+    try:
+        step = prepare(ids, next_sequence_length=1, cache=cache, use_cache=True).get("input_ids")
+    except Exception:  # a preparation that needs what a text prompt does not give (images, masks)
+        step = None
+    return step if isinstance(step, torch.Tensor) and step.dim() == 2 else ids[:, -1:]
 
 
 def generation_seconds(model: nn.Module, ids: torch.Tensor, new_tokens: int, seconds: Callable[[dict[str, Any]], float]) -> tuple[float, float, float]:
