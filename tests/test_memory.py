@@ -491,6 +491,21 @@ def test_bad_input_is_named_and_the_model_comes_back_as_it_was():
         memory_footprint(broken, x, train="adamw")
     assert all(p.grad is None for p in broken.parameters()) and broken.training
 
+    class CalledWhileHandling(nn.Module):  # as GroupViT's vision tower: a module called inside an except clause
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.norm = nn.Linear(4, 4), nn.BatchNorm1d(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            try:
+                raise KeyError("not cached")
+            except KeyError:
+                hidden = self.first(x)
+            return self.norm(hidden)
+    # a batch of 1 in training: the norm raises; until 2026-12-07 the estimate named the module the handled KeyError had "left"
+    with pytest.raises(TraceError, match=r"estimating memory failed in module 'norm' \(BatchNorm1d\): ValueError: Expected more than 1 value"):
+        memory_footprint(CalledWhileHandling(), torch.randn(1, 4), train="adamw")
+
 
 def test_the_table_and_the_cli(capsys):
     model, x = _mlp()

@@ -256,7 +256,7 @@ def _cast_floating(call: ModelCall, dtype: torch.dtype) -> ModelCall:
 
 
 def _named_error(step: _Step, error: BaseException) -> TraceError:
-    module = step.recorder.failed_module()
+    module = step.recorder.failed_module(error)
     failed = step.model.get_submodule(module) if module else step.model
     named = TraceError(module, type(failed).__name__, error, "estimating memory")
     if reads_a_fake_value(error):

@@ -85,7 +85,8 @@ class MemoryRecorder(TorchDispatchMode):
         self._running: list[str] = []
         self._calls_running: list[ModuleCall] = []
         self._phase = SETUP
-        self._failed_in: Optional[str] = None
+        self._failed_in: Optional[tuple[BaseException, str]] = None
+        """The last exception that left a module's forward, and the first module it left."""
         self._live: dict[int, tuple[int, weakref.ref]] = {}
         """id of a live storage -> (its life's index, a weak reference whose callback frees it)."""
         self._holders: dict[int, int] = {}
@@ -164,14 +165,19 @@ class MemoryRecorder(TorchDispatchMode):
     def _left(self, module: nn.Module, _input: Any, _output: Any) -> None:
         name = self._module_names.get(module)
         if name is not None and self._running and self._running[-1] == name:
-            if self._failed_in is None and sys.exc_info()[1] is not None:  # an always-called hook, left by an exception
-                self._failed_in = name
+            # an always-called hook, called while an exception is handled: the first module that exception left
+            # (one handled outside a module's forward, around its call, is another: GroupViT's vision tower)
+            unwinding = sys.exc_info()[1]
+            if unwinding is not None and (self._failed_in is None or self._failed_in[0] is not unwinding):
+                self._failed_in = (unwinding, name)
             self._running.pop()
             self._calls_running.pop().end = self._tick()
 
-    def failed_module(self) -> str:
-        """The innermost module whose forward an exception left ("" for the model, or none running)."""
-        return self._failed_in if self._failed_in is not None else (self._running[-1] if self._running else "")
+    def failed_module(self, error: BaseException) -> str:
+        """The innermost module whose forward ``error`` left ("" for the model, or none running)."""
+        if self._failed_in is not None and self._failed_in[0] is error:
+            return self._failed_in[1]
+        return self._running[-1] if self._running else ""
 
     def _packed(self, tensor: torch.Tensor) -> torch.Tensor:
         if self._phase == FORWARD:
