@@ -173,3 +173,28 @@ def test_deepspeeds_generate_mode_on_a_meta_model_says_what_counts_it():
     with pytest.raises(ValueError, match="meta device.*count_generation"):
         get_model_profile(model, kwargs=dict(input_ids=ids, max_new_tokens=NEW), mode="generate", print_profile=False, warm_up=0)
     assert [(step.tokens, step.positions) for step in count_generation(model, input_ids=ids, max_new_tokens=NEW).steps] == [(6, 6), (1, 7), (1, 8)]
+
+
+def test_a_decoder_whose_forward_reads_a_value_is_predicted_on_its_values():
+    """JetMoE's router reads its experts' loads (a value a meta tensor lacks): ``predict_generation``
+    of the model built on the CPU failed in its meta copy until 2026-12-07 ("Cannot copy out of meta
+    tensor"). It runs on a copy with the model's values then: its prefill is predicted as the same
+    call on the model itself is, the model left as it was; on meta it still fails, naming the router."""
+    from jitflops import PredictedTimeAnalysis, TraceError, predict_generation
+    from jitflops.estimates.generation_time import generate_call
+
+    config = transformers.JetMoeConfig(hidden_size=64, num_hidden_layers=2, num_key_value_heads=2, kv_channels=16, intermediate_size=128,
+                                       num_local_experts=4, num_experts_per_tok=2, vocab_size=100)
+    torch.manual_seed(0)
+    model = transformers.JetMoeForCausalLM(config).eval()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    ids = torch.randint(0, 100, (1, PROMPT))
+    predicted = predict_generation(model, ids, NEW, device="h100")
+    prefill = PredictedTimeAnalysis(model, (), generate_call(model, ids, 0, None), device="h100", backend="dispatch")
+    assert predicted.prefill_s == pytest.approx(prefill.unsupported_ops_warnings(False).uncalled_modules_warnings(False).total(), rel=1e-9)
+    assert predicted.decode_steps == NEW - 1 and predicted.first_decode_s > 0
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+    with torch.device("meta"):
+        meta = transformers.JetMoeForCausalLM(config).eval()
+    with pytest.raises(TraceError, match=r"experts.router' \(JetMoeTopKGating\)"):
+        predict_generation(meta, ids, NEW, device="h100")

@@ -37,8 +37,9 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ..core.errors import TraceError
 from ..core.model_io import ModelCall, generating_module, generation_cache, tensors_inside
-from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, meta_kernels
+from ..frontends.meta_values import DEVICE_META_KERNELS, empty_copy, holds_values, meta_kernels, reads_a_meta_value, valued_copy
 from ..frontends.traced_path import on_the_traced_path
 from .devices import DeviceSpec, device_spec
 from .roofline import DeviceLike, PredictedTimeAnalysis
@@ -210,8 +211,21 @@ def predict_generation(model: nn.Module, input_ids: torch.Tensor, new_tokens: in
     if new_tokens < 1:
         raise ValueError(f"new_tokens must be at least 1, got {new_tokens}")
     spec = device_spec(device)
-    twin, call, _ = empty_copy(generating_module(model), ModelCall((), {"input_ids": input_ids}))
+    model, call = generating_module(model), ModelCall((), {"input_ids": input_ids})
+    try:
+        twin, twin_call, _ = empty_copy(model, call)
+        return _predicted_generation(twin, new_tokens, spec, mode, twin_call)
+    except Exception as error:
+        read = error.__cause__ if isinstance(error, TraceError) else error
+        if not (reads_a_meta_value(read) and holds_values(model, call)):
+            raise
+    # a forward that reads a value (JetMoE's router: its experts' loads), of a model that has them: on a copy with its values
+    twin, twin_call = valued_copy(model, call)
+    return _predicted_generation(twin, new_tokens, spec, mode, twin_call)
 
+
+def _predicted_generation(twin: nn.Module, new_tokens: int, spec: DeviceSpec, mode: str, call: ModelCall) -> GenerationTime:
+    """:func:`predict_generation` on ``twin``, a copy of the model (of meta tensors, or with its values) and ``call``, its prompt's."""
     weight_bytes = sum(parameter.numel() * parameter.element_size() for parameter in twin.parameters())
 
     def seconds(inputs: dict[str, Any]) -> float:
