@@ -97,7 +97,7 @@ def test_get_model_profile_in_generate_mode_shows_prefill_and_decode_steps(capsy
     assert "KV cache share of the decode MACs" in out
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "mixtral", "mbart", "prophetnet", "bert", "cpmant"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "mixtral", "mbart", "prophetnet", "bert", "cpmant", "openai-gpt"])
 def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family):
     """A model on the meta device has no values to generate with: ``generate`` failed inside its
     first forward ("Tensor on device meta is not on the expected device cpu!"). Its calls are made
@@ -114,7 +114,8 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
     which makes no cache but fills the one ``generate`` passes it ("returned no cache" until
     2026-12-07, and BigBird's, RoBERTa's, MegatronBERT's so); CPM-Ant, whose decode steps take every
     id, its forward dropping those its cache holds (over the last id alone it attended over none, and
-    failed). Its prediction on meta is the CPU model's."""
+    failed); OpenAI GPT, which keeps no cache, its every step over all the ids (refused until
+    2026-12-07). Its prediction on meta is the CPU model's."""
     from jitflops import predict_generation
 
     torch.manual_seed(0)
@@ -135,6 +136,9 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
     elif family == "cpmant":
         config = transformers.CpmAntConfig(hidden_size=64, dim_ff=128, num_hidden_layers=2, num_attention_heads=4, dim_head=16, vocab_size=100, prompt_length=4)
         model_class = transformers.CpmAntForCausalLM
+    elif family == "openai-gpt":
+        config = transformers.OpenAIGPTConfig(n_embd=32, n_layer=2, n_head=2, vocab_size=100, n_positions=64)
+        model_class = transformers.OpenAIGPTLMHeadModel
     elif family == "mixtral":
         config = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                             vocab_size=100, num_local_experts=4, num_experts_per_tok=2, eos_token_id=None)  # every token generated
@@ -152,10 +156,12 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
     assert on_meta.steps == by_length.steps == _generate(model_class(config)).steps
     if family == "cpmant":  # generate passes every id, its forward dropping those its cache holds: one token's work
         assert on_meta.steps[1].macs < on_meta.steps[0].macs / 2
+    elif family == "openai-gpt":  # no cache: every id again at each step
+        assert [(step.tokens, step.positions) for step in on_meta.steps] == [(6, 6), (7, 7), (8, 8)]
     else:
         assert [(step.tokens, step.positions) for step in on_meta.steps] == [(6, 6), (1, 7), (1, 8)]
     # attention counted as attention (SDPA), not as products; ProphetNet's n-gram attention and CPM-Ant's are products alone
-    assert all(step.attention_macs > 0 for step in on_meta.steps) is (family not in ("prophetnet", "cpmant"))
+    assert all(step.attention_macs > 0 for step in on_meta.steps) is (family not in ("prophetnet", "cpmant", "openai-gpt"))
     assert predict_generation(meta, ids, NEW, device="h100") == predict_generation(model_class(config).eval(), ids, NEW, device="h100")
     with pytest.raises(ValueError, match="num_beams"):
         count_generation(meta, input_ids=ids, max_new_tokens=NEW, num_beams=2)

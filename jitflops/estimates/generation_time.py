@@ -82,19 +82,17 @@ def generate_call(model: nn.Module, ids: torch.Tensor, cached: int, cache: Any) 
     return call
 
 
-def _cache_after(model: nn.Module, ids: torch.Tensor) -> Any:
+def _cache_after(model: nn.Module, ids: torch.Tensor) -> Optional[Any]:
     """The KV cache a forward over ``ids`` leaves (on meta tensors, with the meta kernels that take
     what the devices' kernels do: a float32 mixture of experts' grouped product), on the path the
     model takes when traced, which reads no value meta tensors lack (MBart's decoder reads the mask
-    it makes otherwise), as a count on meta runs it."""
+    it makes otherwise), as a count on meta runs it; None where the model keeps none."""
     with torch.no_grad(), meta_kernels(DEVICE_META_KERNELS), on_the_traced_path():
         cache = generation_cache(model(**generate_call(model, ids, 0, None)))
         made = _generates_cache(model) if cache is None else None
         if made is not None:
             model(**generate_call(model, ids, 0, made))
             cache = made if made.get_seq_length() else None
-    if cache is None:
-        raise ValueError(f"{type(model).__name__} returned no cache with use_cache=True, nor filled one generate makes: its decode steps cannot be predicted")
     return cache
 
 
@@ -116,17 +114,34 @@ def decode_call(model: nn.Module, ids: torch.Tensor, cached: int) -> dict[str, A
     ``cached`` positions, with the cache a forward over that many tokens leaves."""
     longer = torch.zeros(ids.shape[0], cached, dtype=ids.dtype, device=ids.device)
     cache = _cache_after(model, longer)
-    step = _step_ids(model, torch.cat([longer, ids[:, -1:]], dim=1), cache)
+    whole = torch.cat([longer, ids[:, -1:]], dim=1)
+    step = _step_ids(model, whole, cache)
+    if cache is None:  # a model that keeps no cache (OpenAI GPT): generate runs it over every id again
+        if step.shape[1] != whole.shape[1]:
+            raise ValueError(f"{type(model).__name__} returned no cache with use_cache=True, nor filled one generate makes, and its steps "
+                             "take fewer ids than generate holds (a state of its own): its decode steps cannot be predicted")
+        return generate_call(model, whole, 0, None)
     return generate_call(model, step, cached + 1 - step.shape[1], cache)
+
+
+@functools.lru_cache(maxsize=None)
+def _prepares_by_next_length() -> bool:
+    """Whether transformers' ``prepare_inputs_for_generation`` slices the ids by ``next_sequence_length``
+    (transformers 5; before, by ``cache_position``, which a step made here does not pass)."""
+    try:
+        from transformers import GenerationMixin
+    except ImportError:
+        return False
+    return "next_sequence_length" in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
 
 
 def _step_ids(model: nn.Module, ids: torch.Tensor, cache: Any) -> torch.Tensor:
     """The ids a decode step over ``ids`` passes, as the model's ``prepare_inputs_for_generation``
-    makes them: the last token, or all (CPM-Ant's forward slices the cached prefix off itself:
-    over the last token alone it attended over none). The last token where the model's preparation
-    takes other inputs or no ``next_sequence_length`` (transformers before 5)."""
+    makes them: the last token, or all (CPM-Ant's forward slices the cached prefix off itself: over
+    the last token alone it attended over none; OpenAI GPT keeps no cache). The last token where the
+    model's preparation needs other inputs, or before transformers 5."""
     prepare = getattr(model, "prepare_inputs_for_generation", None)
-    if prepare is None or "next_sequence_length" not in inspect.signature(prepare).parameters:
+    if prepare is None or not _prepares_by_next_length():
         return ids[:, -1:]
     try:
         step = prepare(ids, next_sequence_length=1, cache=cache, use_cache=True).get("input_ids")
