@@ -1,7 +1,11 @@
-"""Test helpers: wrap a function as a module, count it, build fvcore-ready wrappers, compare model states."""
+"""Test helpers: wrap a function as a module, count it, build fvcore-ready wrappers, compare model
+states, run the command line."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import subprocess
 from typing import Any, Callable
 
 import torch
@@ -87,3 +91,20 @@ def assert_same_state(before: dict, after: dict) -> None:
 
 def _same(a, b) -> bool:
     return a is b is None or (a is not None and b is not None and torch.equal(a, b))
+
+
+def command_line(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+    """The command line's ``main`` on ``args``, in this process (a new one would import torch again:
+    3 to 4 s a call, a minute of the suite), its printouts captured, its exit code checked;
+    ``python -m jitflops`` itself runs in ``tests/test_cli.py`` and in the docs' shell blocks."""
+    from jitflops.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse's refusals
+            code = exit_.code if isinstance(exit_.code, int) else 2
+    result = subprocess.CompletedProcess(["jitflops", *args], code, stdout.getvalue(), stderr.getvalue())
+    assert result.returncode == expect, result.stderr
+    return result

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -13,23 +12,9 @@ import time
 import pytest
 
 from jitflops import FlopCountAnalysis
-from jitflops.cli import main
 from jitflops.examples import BUILTIN_EXAMPLES
 
-
-def jitflops(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
-    """The command line's ``main`` on ``args``, in this process (a new one would import torch again:
-    3 to 4 s a call, a minute of the suite), its printouts captured; ``python -m jitflops`` itself
-    runs in :func:`test_default_table_on_an_example` and in the docs' shell blocks."""
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        try:
-            code = main(list(args))
-        except SystemExit as exit_:  # argparse's refusals
-            code = exit_.code if isinstance(exit_.code, int) else 2
-    result = subprocess.CompletedProcess(["jitflops", *args], code, stdout.getvalue(), stderr.getvalue())
-    assert result.returncode == expect, result.stderr
-    return result
+from helpers import command_line
 
 
 def _api_counts(name: str) -> FlopCountAnalysis:
@@ -46,7 +31,7 @@ def test_default_table_on_an_example():
 
 
 def test_json_matches_the_api():
-    document = json.loads(jitflops("--example", "transformer", "--format", "json", "--quiet").stdout)
+    document = json.loads(command_line("--example", "transformer", "--format", "json", "--quiet").stdout)
     api = _api_counts("transformer")
     modules = {m["name"]: m for m in document["modules"]}
     assert document["summary"]["macs"] == api.total()
@@ -57,7 +42,7 @@ def test_json_matches_the_api():
 def test_factory_with_config_inputs_and_kwargs():
     pytest.importorskip("transformers")
     document = json.loads(
-        jitflops(
+        command_line(
             "transformers:BertModel", "--config", "num_hidden_layers=1", "hidden_size=32", "num_attention_heads=2",
             "intermediate_size=64", "vocab_size=100", "--input-ids", "1,8", "--kwargs", '{"attention_mask": "ones:1,8"}',
             "--format", "json", "--quiet",
@@ -69,14 +54,14 @@ def test_factory_with_config_inputs_and_kwargs():
 
 
 def test_torch_factory_with_input_shape_and_depth():
-    out = jitflops("torch.nn:Conv2d", "--config", "in_channels=3", "out_channels=8", "kernel_size=3", "--input-shape", "2,3,10,10", "--format", "csv", "--quiet").stdout
+    out = command_line("torch.nn:Conv2d", "--config", "in_channels=3", "out_channels=8", "kernel_size=3", "--input-shape", "2,3,10,10", "--format", "csv", "--quiet").stdout
     rows = list(csv.DictReader(io.StringIO(out)))
     assert rows[0]["module"] == "" and int(rows[0]["macs"]) == 2 * 8 * 27 * 8 * 8 and int(rows[0]["params"]) == 8 * 27 + 8
 
 
 def test_profile_mode_with_trace_and_html(tmp_path):
     trace, page, report = tmp_path / "trace.json", tmp_path / "report.html", tmp_path / "profile.txt"
-    jitflops("--example", "convnet", "--profile", "--repeats", "3", "--trace", str(trace), "--html", str(page), "--output", str(report), "--quiet")
+    command_line("--example", "convnet", "--profile", "--repeats", "3", "--trace", str(trace), "--html", str(page), "--output", str(report), "--quiet")
     text = report.read_text()
     assert "Aggregated Profile per GPU" in text and "fwd latency:" in text and "median of 3 runs" in text
     assert any(e.get("name") == "stem.0" for e in json.loads(trace.read_text())["traceEvents"])
@@ -84,7 +69,7 @@ def test_profile_mode_with_trace_and_html(tmp_path):
 
 
 def test_profile_json_has_latency_on_every_called_module():
-    document = json.loads(jitflops("--example", "lstm", "--profile", "--repeats", "2", "--peak-tflops", "2", "--format", "json", "--quiet").stdout)
+    document = json.loads(command_line("--example", "lstm", "--profile", "--repeats", "2", "--peak-tflops", "2", "--format", "json", "--quiet").stdout)
     assert all(m["latency"]["iterations"] == 2 for m in document["modules"])
     summary = document["summary"]
     assert summary["forward_latency"]["median_s"] > 0 and summary["page_faults_per_forward"] >= 0
@@ -93,15 +78,15 @@ def test_profile_json_has_latency_on_every_called_module():
 
 
 def test_ops_mode_sorted_and_limited():
-    out = jitflops("--example", "transformer", "--ops", "--sort", "flops", "--top", "3", "--format", "csv", "--quiet").stdout
+    out = command_line("--example", "transformer", "--ops", "--sort", "flops", "--top", "3", "--format", "csv", "--quiet").stdout
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 3 and rows[0]["module"] == "head" and rows[0]["op"] == "aten::linear"
     assert float(rows[0]["macs"]) == 128 * 64 * 1000
 
 
 def test_elementwise_option():
-    counted = json.loads(jitflops("--example", "convnet", "--elementwise", "--format", "json", "--quiet").stdout)
-    plain = json.loads(jitflops("--example", "convnet", "--format", "json", "--quiet").stdout)
+    counted = json.loads(command_line("--example", "convnet", "--elementwise", "--format", "json", "--quiet").stdout)
+    plain = json.loads(command_line("--example", "convnet", "--format", "json", "--quiet").stdout)
     relus = 16 * 32 * 32 + 32 * 16 * 16  # the stem's and the block's ReLU, one flop per output element
     assert counted["summary"]["macs"] == plain["summary"]["macs"]  # elementwise flops are not multiply-adds
     assert counted["summary"]["flops"] - plain["summary"]["flops"] == relus
@@ -124,7 +109,7 @@ def test_the_backward_and_the_dispatch_backend_count_a_model_on_meta(capsys):
 
 def test_meta_device_counts_a_large_model():
     pytest.importorskip("transformers")
-    out = jitflops("transformers:LlamaModel", "--config", "hidden_size=4096", "num_hidden_layers=4", "num_attention_heads=32",
+    out = command_line("transformers:LlamaModel", "--config", "hidden_size=4096", "num_hidden_layers=4", "num_attention_heads=32",
                    "num_key_value_heads=8", "intermediate_size=14336", "--input-ids", "1,1024", "--device", "meta", "--format", "json", "--quiet").stdout
     assert json.loads(out)["summary"]["params"] > 1e9
 
@@ -164,11 +149,11 @@ def test_an_example_takes_the_inputs_given():
 
     from jitflops.examples import TinyTransformer
 
-    counted = json.loads(jitflops("--example", "transformer", "--input-ids", "1,16", "--format", "json", "--quiet").stdout)["summary"]["macs"]
+    counted = json.loads(command_line("--example", "transformer", "--input-ids", "1,16", "--format", "json", "--quiet").stdout)["summary"]["macs"]
     assert counted == FlopCountAnalysis(TinyTransformer(), torch.zeros(1, 16, dtype=torch.long)).total() < _api_counts("transformer").total()
-    generation = jitflops("--example", "llama-gqa", "--device", "h100", "--generate", "4", "--input-ids", "1,16", "--quiet").stdout
+    generation = command_line("--example", "llama-gqa", "--device", "h100", "--generate", "4", "--input-ids", "1,16", "--quiet").stdout
     assert "4 new tokens from 16)" in generation
-    given_by_name = jitflops("--example", "llama-gqa", "--device", "h100", "--generate", "4", "--kwargs", '{"input_ids": "ids:1,16"}', "--quiet").stdout
+    given_by_name = command_line("--example", "llama-gqa", "--device", "h100", "--generate", "4", "--kwargs", '{"input_ids": "ids:1,16"}', "--quiet").stdout
     assert "4 new tokens from 16)" in given_by_name  # the prompt as a keyword (refused until 2026-12-06)
 
 
@@ -176,12 +161,12 @@ def test_the_large_examples_are_counted_on_meta_unless_told_otherwise():
     """``--example llama-70b`` is counted on meta (until 2026-12-06 it was built on the CPU: 275 GB of
     weights, minutes of building, then the OOM kill); on a device whose free memory its weights
     outgrow, it is refused before anything is built."""
-    document = json.loads(jitflops("--example", "llama-70b", "--format", "json", "--quiet").stdout)
+    document = json.loads(command_line("--example", "llama-70b", "--format", "json", "--quiet").stdout)
     hidden, heads, kv_heads, ffn, layers, tokens = 8192, 64, 8, 28672, 80, 4096
     projections = 2 * hidden * hidden + 2 * hidden * hidden // heads * kv_heads + 3 * hidden * ffn  # by hand, per token
     assert document["summary"]["device"] == "meta"
     assert document["summary"]["macs"] == layers * (tokens * projections + heads * tokens * tokens * 2 * hidden // heads)
-    refused = jitflops("--example", "llama-70b", "--device", "cpu", expect=2).stderr
+    refused = command_line("--example", "llama-70b", "--device", "cpu", expect=2).stderr
     assert "the example 'llama-70b' takes 274.86 GB of weights in float32, more than the" in refused and "free on cpu" in refused
 
 
@@ -193,7 +178,7 @@ def test_config_overrides_a_transformers_example():
 
     from jitflops.examples import llama_config
 
-    document = json.loads(jitflops("--example", "llama-gqa", "--config", "num_hidden_layers=1", "--device", "meta", "--format", "json", "--quiet").stdout)
+    document = json.loads(command_line("--example", "llama-gqa", "--config", "num_hidden_layers=1", "--device", "meta", "--format", "json", "--quiet").stdout)
     with torch.device("meta"):
         one_layer = transformers.LlamaModel(llama_config(256, 1, 8, 2, 688, vocab=1000))
     assert document["summary"]["params"] == sum(p.numel() for p in one_layer.parameters()) == 1000 * 256 + 256 * 256 * 2 + 256 * 64 * 2 + 3 * 256 * 688 + 3 * 256
@@ -202,7 +187,7 @@ def test_config_overrides_a_transformers_example():
 
 def test_output_paths_are_checked_before_the_analysis_runs(tmp_path):
     (tmp_path / "taken").mkdir()
-    result = jitflops("--example", "transformer", "--profile", "--repeats", "50", "--html", str(tmp_path / "taken"), expect=2)
+    result = command_line("--example", "transformer", "--profile", "--repeats", "50", "--html", str(tmp_path / "taken"), expect=2)
     assert f"cannot write '{tmp_path / 'taken'}': it is a directory" in result.stderr
     assert "timed" not in result.stderr  # no progress bar: it failed before the timed pass
 
@@ -233,12 +218,12 @@ def test_progress_bar_on_long_runs_and_quiet_turns_it_off(capsys):
     assert "timed:" in shown and "it/s" in shown
     assert "timed:" not in run(0.0)
     assert _progress(quiet=True) is None
-    assert "timed:" not in jitflops("--example", "convnet", "--profile", "--repeats", "3", "--quiet").stderr
+    assert "timed:" not in command_line("--example", "convnet", "--profile", "--repeats", "3", "--quiet").stderr
 
 
 def test_dispatch_backend_and_backward_from_the_command_line():
-    plain = json.loads(jitflops("--example", "convnet", "--format", "json", "--quiet").stdout)
-    dispatch = json.loads(jitflops("--example", "convnet", "--backend", "dispatch", "--backward", "--format", "json", "--quiet").stdout)
+    plain = json.loads(command_line("--example", "convnet", "--format", "json", "--quiet").stdout)
+    dispatch = json.loads(command_line("--example", "convnet", "--backend", "dispatch", "--backward", "--format", "json", "--quiet").stdout)
     assert dispatch["summary"]["macs"] == plain["summary"]["macs"]
     assert dispatch["summary"]["backward_macs"] > plain["summary"]["macs"] and plain["summary"]["backward_macs"] is None
 

@@ -19,6 +19,8 @@ from jitflops.reports.files import profile_to_dict
 from jitflops.examples import all_examples
 from jitflops.estimates.roofline import PredictedTimeAnalysis
 
+from helpers import command_line
+
 
 def test_the_table_has_the_issues_devices_each_with_a_source():
     for name in ("h100-sxm", "h100-pcie", "h200", "b200", "a100-40gb", "a100-80gb", "l4", "l40s", "a10g", "v100", "mi300x"):
@@ -162,14 +164,11 @@ def test_a_prediction_for_another_device_is_not_compared_with_the_time_measured_
 
 
 def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", "a100", "--format", "json", "--quiet"],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    summary = json.loads(run.stdout)["summary"]
+    summary = json.loads(command_line("--example", "transformer", "--device", "a100", "--format", "json", "--quiet").stdout)["summary"]
     assert summary["prediction_device"] == "a100-80gb" and summary["device"] == "meta" and summary["predicted_s"] > 0
     assert summary["prediction_mode"] == "eager" and summary["predicted_error_band"] is None  # not measured on a GPU
-    timed = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", "h100", "--profile"], capture_output=True, text=True, timeout=300)
-    assert timed.returncode == 2 and "use --device cpu or cuda with --predict h100-sxm" in timed.stderr
+    timed = command_line("--example", "transformer", "--device", "h100", "--profile", expect=2)
+    assert "use --device cpu or cuda with --predict h100-sxm" in timed.stderr
     spec = tmp_path / "cpu.json"
     calibrated = subprocess.run([sys.executable, "-m", "jitflops", "calibrate", "--budget", "6", "--output", str(spec)], capture_output=True, text=True, timeout=300)
     assert calibrated.returncode == 0, calibrated.stderr
@@ -182,11 +181,11 @@ def test_the_command_line_predicts_on_a_named_device_and_calibrates(tmp_path):
     if measured.cache_bytes:  # Linux tells the cache's size: a decode step's products as a model that fits it runs them
         decode = measured.decode_products["float32"]
         assert decode.rows == (1, 4, 16) and decode.weights[0] == 256 * 256 and 2 * decode.weights[-1] * 4 <= measured.cache_bytes // 4
-    table = subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", str(spec)], capture_output=True, text=True, timeout=300)
+    table = command_line("--example", "transformer", "--device", str(spec))
     assert re.search(r"^Predicted forward on cpu \(\d+ threads\) \(eager; (compute|memory)-bound; ridge [\d.]+ flops/byte\): [\d.]+ [mu]?s; .*; measured error [-+]\d+% to [-+]\d+% on a calibrated CPU", table.stdout, re.M), table.stdout[-500:]
     assert re.search(r"^\| module +\| #parameters or shape +\| #flops +\| #activations +\| #bytes +\| #FLOP/byte +\|$", table.stdout, re.M)
-    as_json = [json.loads(subprocess.run([sys.executable, "-m", "jitflops", "--example", "transformer", "--device", str(spec), "--mode", mode, "--format", "json",
-                                          "--quiet"], capture_output=True, text=True, timeout=300).stdout)["summary"] for mode in ("eager", "compiled")]
+    as_json = [json.loads(command_line("--example", "transformer", "--device", str(spec), "--mode", mode, "--format", "json", "--quiet").stdout)["summary"]
+               for mode in ("eager", "compiled")]
     assert [summary["prediction_mode"] for summary in as_json] == ["eager", "compiled"]
     assert [tuple(summary["predicted_error_band"]) for summary in as_json] == [MEASURED["cpu"]["forward"], MEASURED["cpu"]["compiled forward"]]
     assert as_json[1]["predicted_s"] < as_json[0]["predicted_s"]  # no host time per op, the pointwise runs fused
