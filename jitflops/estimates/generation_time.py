@@ -139,7 +139,7 @@ def _step_ids(model: nn.Module, ids: torch.Tensor, cache: Any) -> torch.Tensor:
     """The ids a decode step over ``ids`` passes, as the model's ``prepare_inputs_for_generation``
     makes them: the last token, or all (CPM-Ant's forward slices the cached prefix off itself: over
     the last token alone it attended over none; OpenAI GPT keeps no cache). The last token where the
-    model's preparation needs other inputs, or before transformers 5."""
+    model's preparation needs other inputs or makes other ids, or before transformers 5."""
     prepare = getattr(model, "prepare_inputs_for_generation", None)
     if prepare is None or not _prepares_by_next_length():
         return ids[:, -1:]
@@ -147,7 +147,8 @@ def _step_ids(model: nn.Module, ids: torch.Tensor, cache: Any) -> torch.Tensor:
         step = prepare(ids, next_sequence_length=1, cache=cache, use_cache=True).get("input_ids")
     except Exception:  # a preparation that needs what a text prompt does not give (images, masks)
         step = None
-    return step if isinstance(step, torch.Tensor) and step.dim() == 2 else ids[:, -1:]
+    whole = isinstance(step, torch.Tensor) and step.dim() == 2 and step.shape[1] == ids.shape[1]  # not ids it adds to (XLM's mask token)
+    return step if whole else ids[:, -1:]
 
 
 def generation_seconds(model: nn.Module, ids: torch.Tensor, new_tokens: int, seconds: Callable[[dict[str, Any]], float]) -> tuple[float, float, float]:
