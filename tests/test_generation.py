@@ -10,6 +10,8 @@ import torch
 
 from jitflops import count_generation
 
+from helpers import assert_same_state, model_state
+
 transformers = pytest.importorskip("transformers")
 
 PROMPT, NEW = 6, 3
@@ -160,7 +162,7 @@ def test_a_model_on_meta_is_counted_step_by_step_without_running_generate(family
         assert [(step.tokens, step.positions) for step in on_meta.steps] == [(6, 6), (7, 7), (8, 8)]
     else:
         assert [(step.tokens, step.positions) for step in on_meta.steps] == [(6, 6), (1, 7), (1, 8)]
-    # attention counted as attention (SDPA), not as products; ProphetNet's n-gram attention and CPM-Ant's are products alone
+    # attention counted as attention (SDPA), not as products; ProphetNet's n-gram attention, CPM-Ant's and OpenAI GPT's are products alone
     assert all(step.attention_macs > 0 for step in on_meta.steps) is (family not in ("prophetnet", "cpmant", "openai-gpt"))
     assert predict_generation(meta, ids, NEW, device="h100") == predict_generation(model_class(config).eval(), ids, NEW, device="h100")
     with pytest.raises(ValueError, match="num_beams"):
@@ -193,13 +195,13 @@ def test_a_decoder_whose_forward_reads_a_value_is_predicted_on_its_values():
                                        num_local_experts=4, num_experts_per_tok=2, vocab_size=100)
     torch.manual_seed(0)
     model = transformers.JetMoeForCausalLM(config).eval()
-    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    before = model_state(model)
     ids = torch.randint(0, 100, (1, PROMPT))
     predicted = predict_generation(model, ids, NEW, device="h100")
     prefill = PredictedTimeAnalysis(model, (), generate_call(model, ids, 0, None), device="h100", backend="dispatch")
     assert predicted.prefill_s == pytest.approx(prefill.unsupported_ops_warnings(False).uncalled_modules_warnings(False).total(), rel=1e-9)
     assert predicted.decode_steps == NEW - 1 and predicted.first_decode_s > 0
-    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+    assert_same_state(before, model_state(model))
     with torch.device("meta"):
         meta = transformers.JetMoeForCausalLM(config).eval()
     with pytest.raises(TraceError, match=r"experts.router' \(JetMoeTopKGating\)"):
