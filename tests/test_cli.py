@@ -127,17 +127,11 @@ def test_meta_device_counts_a_large_model():
         (["--example", "convnet", "--config", "width=8"], "the example 'convnet' has none"),
     ],
 )
-def test_errors_are_one_line_without_traceback(args, message, capsys):
+def test_errors_are_one_line_without_traceback(args, message):
     """In this process, as ``main`` runs for the command (``test_debug_shows_the_traceback`` runs a
     real one: 4-8 s of imports a case)."""
-    from jitflops.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as exit:  # argparse's own errors
-        code = exit.code
-    stderr = capsys.readouterr().err
-    assert code == 2 and message in stderr
+    stderr = command_line(*args, expect=2).stderr
+    assert message in stderr
     assert "Traceback" not in stderr and stderr.strip().count("\n") == 0
 
 
