@@ -7,6 +7,10 @@ import os
 
 import pytest
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+"""No test reaches the Hugging Face Hub (the machine has no network; a call that tried would wait
+for its timeout): in every process of the suite, those it forks and starts too."""
+
 os.environ.setdefault("JITFLOPS_CALIBRATION_BUDGET_S", "3")
 """The suite's calibrations (``jitflops calibrate`` in the docs' blocks, the command line's test, the
 GPU check's flow on a CPU) check the flow, not the figures: a 3 s budget, not the default 40 s."""

@@ -1,14 +1,16 @@
 """Test helpers: wrap a function as a module, count it, build fvcore-ready wrappers, compare model
-states, run the command line."""
+states, run the command line, run a function on several processes."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import multiprocessing
 import subprocess
 from typing import Any, Callable
 
 import torch
+import torch.multiprocessing as mp
 from torch import nn
 
 from jitflops import ActivationCountAnalysis, FlopCountAnalysis
@@ -108,3 +110,43 @@ def command_line(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
     result = subprocess.CompletedProcess(["jitflops", *args], code, stdout.getvalue(), stderr.getvalue())
     assert result.returncode == expect, result.stderr
     return result
+
+
+SERVER_MODULES = ["sharded_cases", "test_distributed", "test_memory", "jitflops.cli", "transformers", "transformers.models.starcoder2.modeling_starcoder2",
+                  "transformers.models.llama.modeling_llama", "transformers.models.mixtral.modeling_mixtral"]
+"""What the server the tests' processes are forked from imports once: the multi-process tests' rank
+code, the command line, and the models they build."""
+
+
+def _forkserver() -> Any:
+    """multiprocessing's fork server (one per test process, started at its first use, in this
+    process's environment then: the suite's, :mod:`conftest`), importing :data:`SERVER_MODULES`."""
+    multiprocessing.set_forkserver_preload(SERVER_MODULES)
+    return multiprocessing.get_context("forkserver")
+
+
+def run_forked(function: Callable[..., None], *args: Any, timeout: float) -> int:
+    """``function(*args)`` in a process forked from the fork server: its exit code (1 where it
+    raised, its traceback on its standard error)."""
+    process = _forkserver().Process(target=function, args=args)
+    process.start()
+    process.join(timeout)
+    if process.is_alive():
+        process.kill()
+        process.join()
+        raise TimeoutError(f"{function.__name__} ran past {timeout} s")
+    return process.exitcode
+
+
+def run_on_ranks(function: Callable[..., None], world: int, *args: Any, fresh: bool = False) -> None:
+    """``function(rank, *args)`` on ``world`` processes, joined, as ``torch.multiprocessing.spawn``
+    runs it (a rank's exception raised here with its traceback), each process forked from the fork
+    server. A fresh interpreter per rank spends 5 to 8 s of CPU importing torch and transformers: a
+    2-rank pipeline case took 11 s spawned on a 2-core VM, 2.7 s forked. A forked process has the
+    server's environment, from when it started: a test that sets a variable the ranks read at
+    import passes ``fresh`` (spawned processes)."""
+    if fresh:
+        mp.spawn(function, args=args, nprocs=world, join=True)
+        return
+    _forkserver()
+    mp.start_processes(function, args=args, nprocs=world, join=True, start_method="forkserver")

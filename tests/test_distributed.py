@@ -10,11 +10,12 @@ import uuid
 import torch
 import torch.distributed as dist
 import pytest
-import torch.multiprocessing as mp
 
 from jitflops import FlopCountAnalysis, profile_model, write_json
 from jitflops.reports.deepspeed_report import format_model_profile
 from jitflops.examples import ConvNet
+
+from helpers import run_on_ranks
 
 
 def _free_port() -> int:
@@ -56,7 +57,7 @@ def _rank_main(rank: int, world: int, store: str, folder: str) -> None:
 
 def test_two_ranks_gather_and_rank0_writes(tmp_path, tmp_path_factory):
     store = process_group_file(str(tmp_path_factory.mktemp("store")))  # apart from the ranks' files: gloo may leave it behind a moment
-    mp.spawn(_rank_main, args=(2, store, str(tmp_path)), nprocs=2, join=True)
+    run_on_ranks(_rank_main, 2, 2, store, str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     per_image = ranks[0]["local_macs"]
     assert ranks[1]["local_macs"] == 2 * per_image
@@ -112,7 +113,7 @@ def _sharded_rank_main(rank: int, world: int, store: str, folder: str, engine: s
 
 @pytest.mark.parametrize("engine", ["fsdp2", "tensor_parallel"])
 def test_sharded_models_are_counted_by_the_default_call(tmp_path, engine):
-    mp.spawn(_sharded_rank_main, args=(2, process_group_file(str(tmp_path)), str(tmp_path), engine), nprocs=2, join=True)
+    run_on_ranks(_sharded_rank_main, 2, 2, process_group_file(str(tmp_path)), str(tmp_path), engine)
     for rank in range(2):
         figures = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert figures["counted_by"] == "dispatch" and len(figures["warnings"]) == 1

@@ -12,7 +12,6 @@ from typing import Callable
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch import nn
 
 from jitflops import largest_fitting, memory_footprint, memory_summary, memory_table
@@ -24,6 +23,7 @@ from jitflops.core.errors import TraceError
 from jitflops.estimates.fake_sharding import ShardingError, shard_like_tensor_parallel
 from jitflops.estimates.optimizers import UnknownOptimizerError
 
+from helpers import run_on_ranks
 from sharded_cases import memtracker_peak
 from test_distributed import process_group_file
 
@@ -638,7 +638,7 @@ def test_tensor_parallel_and_fsdp2_by_tensor_parallel_shard_per_rank_by_hand_and
         FP32 * math.ceil(p.numel() // (1 if "norm" in name else 2) / 2) for name, p in model.named_parameters())
     assert both.settings["fsdp"] == both.settings["tensor_parallel"] == 2 and both.peak < sharded.peak
     assert not torch.distributed.is_initialized()
-    mp.spawn(_sharded_rank, args=(4, process_group_file(str(tmp_path)), str(tmp_path), {mode: e.peak for mode, e in estimates.items()}), nprocs=4, join=True)
+    run_on_ranks(_sharded_rank, 4, 4, process_group_file(str(tmp_path)), str(tmp_path), {mode: e.peak for mode, e in estimates.items()})
     for rank in range(4):
         measured = json.loads((tmp_path / f"rank{rank}.json").read_text())
         for mode, estimate in estimates.items():

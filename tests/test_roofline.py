@@ -197,11 +197,11 @@ def test_the_gpu_check_runs_its_flow_on_a_cpu(tmp_path):
     CUDA it refuses plainly."""
     output = tmp_path / "check.json"
     run = subprocess.run([sys.executable, "tools/gpu_check.py", "--device", "cpu", "--models", "transformer", "llama-gqa", "--dtypes", "float32",
-                          "--no-tests", "--no-memory", "--repeats", "2", "--steps", "1", "--output", str(output)], capture_output=True, text=True, timeout=300)
+                          "--no-tests", "--no-memory", "--repeats", "2", "--steps", "1", "--batches", "1", "--output", str(output)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     document = json.loads(output.read_text())
     row = document["models"][0]
-    batch = row["batches"]["8"]
+    batch = row["batches"]["1"]
     assert row["model"] == "transformer" and row["timed_s"] > 0 and batch["eager_s"] > 0 and batch["kernel_s"] == 0  # no GPU kernels here
     assert batch["specs"]["calibrated"]["predicted_s"] > batch["specs"]["calibrated"]["kernel_predicted_s"] > 0
     assert row["modules"] and document["calibrated"]["compute_efficiency"] == 1.0 and set(document["calibrated"]["dtype_curves"]) == {"float32", "bfloat16"}

@@ -9,8 +9,8 @@ import os
 import re
 
 import pytest
-import torch.multiprocessing as mp
 
+from helpers import run_on_ranks
 from sharded_cases import BATCH, D_HIDDEN, D_IN, run_rank
 from test_distributed import _free_port, process_group_file
 
@@ -18,8 +18,8 @@ FLOAT = 4  # bytes
 MLP_MACS = BATCH * (D_IN * D_HIDDEN + D_HIDDEN * D_IN)
 
 
-def spawn(case: str, world: int, folder) -> list[dict]:
-    mp.spawn(run_rank, args=(world, process_group_file(str(folder)), str(folder), case), nprocs=world, join=True)
+def spawn(case: str, world: int, folder, fresh: bool = False) -> list[dict]:
+    run_on_ranks(run_rank, world, world, process_group_file(str(folder)), str(folder), case, fresh=fresh)
     return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in range(world)]
 
 
@@ -142,8 +142,8 @@ def test_pipeline_stages_count_their_layers_per_micro_batch(tmp_path):
 
 
 def test_a_failing_or_absent_rank_is_named_on_the_others(tmp_path, monkeypatch):
-    monkeypatch.setenv("JITFLOPS_RANK_TIMEOUT_S", "3")
-    ranks = spawn("faults", 2, tmp_path)
+    monkeypatch.setenv("JITFLOPS_RANK_TIMEOUT_S", "3")  # read as jitflops is imported: in fresh processes
+    ranks = spawn("faults", 2, tmp_path, fresh=True)
     assert "rank 1 failed while profiling: TraceError" in ranks[0]["raises"] and "mat1 and mat2 shapes" in ranks[0]["raises"]
     assert ranks[1]["raises"].startswith("TraceError")  # its own error
     assert "not every rank came to jitflops' profile gather within 3 s" in ranks[0]["absent"] and "1" in ranks[0]["absent"]

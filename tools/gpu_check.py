@@ -22,7 +22,7 @@ from one with it, and install them without dependencies next to the torch alread
     python tools/gpu_check.py                                   # everything; gpu_check.json
     python tools/gpu_check.py --models bert-base --no-tests     # one model, no test run
     python tools/gpu_check.py --tests resnet                    # the CUDA tests whose names hold "resnet"
-    python tools/gpu_check.py --device cpu --models transformer --no-tests   # the same flow on a CPU
+    python tools/gpu_check.py --device cpu --models transformer --no-tests --batches 1   # the same flow on a CPU
 """
 
 from __future__ import annotations
@@ -194,14 +194,14 @@ def decode_seconds(model: torch.nn.Module, ids: torch.Tensor, device: str, new_t
     return statistics.median(run[0] for run in runs[1:]), statistics.median(run[1] for run in runs[1:])
 
 
-def compare_steps(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceSpec], steps: int) -> dict[str, Any]:
-    """A transformer's AdamW step, and a decoder's ``generate`` (32 tokens from 128), at batch 1 and
-    8, against ``predict_training_step`` and ``predict_generation`` on each spec."""
+def compare_steps(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceSpec], steps: int, batches: tuple[int, ...] = BATCHES) -> dict[str, Any]:
+    """A transformer's AdamW step, and a decoder's ``generate`` (32 tokens from 128), at each of
+    ``batches``, against ``predict_training_step`` and ``predict_generation`` on each spec."""
     model, args, kwargs = all_examples()[name].instantiate("cpu")
     model = model.to(device=device, dtype=dtype)
     args, kwargs = _cast(args, device, dtype), _cast(kwargs, device, dtype)
     result: dict[str, Any] = {"model": name, "dtype": str(dtype).removeprefix("torch."), "batches": {}}
-    for batch in BATCHES:
+    for batch in batches:
         batch_args, batch_kwargs = _batched(args, batch), _batched(kwargs, batch)
         measured = training_seconds(model, batch_args, batch_kwargs, device, steps)
         row: dict[str, Any] = {"training_s": measured, "specs": {}}
@@ -220,10 +220,10 @@ def compare_steps(name: str, device: str, dtype: torch.dtype, specs: dict[str, D
     return result
 
 
-def compare(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceSpec], repeats: int) -> dict[str, Any]:
+def compare(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceSpec], repeats: int, batches: tuple[int, ...] = BATCHES) -> dict[str, Any]:
     """One model's measured forward against each spec's prediction. At batch 1, the profile's timed
     pass per leaf module (CUDA events between hooks) and its hooks' overhead; at each of
-    :data:`BATCHES`, the forward without hooks against the prediction, and the kernels' summed
+    ``batches``, the forward without hooks against the prediction, and the kernels' summed
     time against the prediction without its launch cost."""
     model, args, kwargs = all_examples()[name].instantiate("cpu")
     model = model.to(device=device, dtype=dtype)
@@ -238,7 +238,7 @@ def compare(name: str, device: str, dtype: torch.dtype, specs: dict[str, DeviceS
             "modules": {node.name: {"measured_s": node.latency.median, "predicted_s": node.predicted_s} for node in leaves},
             "batches": {},
         }
-        for batch in BATCHES:
+        for batch in batches:
             batch_args, batch_kwargs = _batched(args, batch), _batched(kwargs, batch)
             kernels_s, measured_ops = kernel_seconds(model, batch_args, batch_kwargs, device)
             kernel_analyses = {label: _analysis(model, batch_args, batch_kwargs, spec.kernels_only()) for label, spec in specs.items()}
@@ -366,6 +366,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--models", nargs="*", default=MODELS, choices=sorted(all_examples()))
     parser.add_argument("--dtypes", nargs="*", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--batches", nargs="*", type=int, default=list(BATCHES), help="the batch sizes timed and predicted (default: 1 8)")
     parser.add_argument("--no-tests", action="store_true", help="skip the CUDA tests")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory estimates")
     parser.add_argument("--no-steps", action="store_true", help="skip the training steps and generation")
@@ -400,14 +401,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(document["tests"]["tail"][-1500:], flush=True)
     for dtype in args.dtypes:
         for name in args.models:
-            row = _guarded(f"{name} {dtype} timing", lambda: compare(name, args.device, DTYPES[dtype], specs, args.repeats))
+            row = _guarded(f"{name} {dtype} timing", lambda: compare(name, args.device, DTYPES[dtype], specs, args.repeats, tuple(args.batches)))
             document["models"].append(row)
             output.write_text(json.dumps(document, indent=1))
             if "failed" not in row:
                 print(_model_line(row), flush=True)
     for dtype in [] if args.no_steps else args.dtypes:
         for name in [model for model in args.models if model in TRANSFORMERS]:
-            row = _guarded(f"{name} {dtype} steps", lambda: compare_steps(name, args.device, DTYPES[dtype], specs, args.steps))
+            row = _guarded(f"{name} {dtype} steps", lambda: compare_steps(name, args.device, DTYPES[dtype], specs, args.steps, tuple(args.batches)))
             document["steps"].append(row)
             output.write_text(json.dumps(document, indent=1))
             print(json.dumps(row)[:600], flush=True)
