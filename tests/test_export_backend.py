@@ -70,6 +70,33 @@ def test_a_program_is_counted_by_hand_and_as_the_dispatch_backend_counts():
     assert parameter_count(flops._model) == parameter_count(model)  # the program's modules, unflattened, with its weights
 
 
+class UnusedProduct(nn.Module):
+    """A layer that also updates a state its caller does not ask for: computed, its value unused
+    (Qwen4-Exp's last recurrent state without a cache)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        x.transpose(0, 1) @ y
+        return y
+
+
+def test_a_program_is_counted_as_exported_and_given_back_as_it_was():
+    """The product whose value nothing uses is in the program as exported, and the eager forward
+    runs it; torch.export.unflatten, which names the program's modules, removes such nodes in place
+    (before 2026-12-07 the count lost it, 256 MACs of 512, and the caller's program its 2 nodes)."""
+    x = torch.randn(4, 8)
+    program = torch.export.export(UnusedProduct(), (x,), strict=False)
+    nodes = [str(node) for node in program.graph.nodes]
+    flops = FlopCountAnalysis(program)
+    assert flops.total() == FlopCountAnalysis(UnusedProduct(), x, backend="dispatch").total() == 4 * 8 * 8 + 8 * 4 * 8
+    assert flops.by_module() == {"": 512, "linear": 256}
+    assert [str(node) for node in program.graph.nodes] == nodes
+
+
 def test_a_pt2_file_is_counted_at_its_sizes_at_new_ones_and_as_formulas(tmp_path):
     model = _bert()
     program = torch.export.export(model, (), _ids(2, 32), strict=False, dynamic_shapes={"input_ids": {0: Dim("batch"), 1: Dim("seq", max=512)}})
