@@ -18,7 +18,7 @@ from torch.export import Dim
 
 from jitflops import ActivationCountAnalysis, ByteCountAnalysis, FlopCountAnalysis, parameter_count
 from jitflops.cli import main
-from jitflops.core.errors import DataDependentTraceWarning, JitFallbackWarning, JitflopsError, TraceError
+from jitflops.core.errors import DataDependentTraceWarning, JitFallbackWarning, JitflopsError, OpShapeError, TraceError
 from jitflops.core.model_io import ModelCall
 from jitflops.examples import all_examples
 from jitflops.frontends.export_trace import ProgramError, _check_drafted_sizes
@@ -95,6 +95,29 @@ def test_a_program_is_counted_as_exported_and_given_back_as_it_was():
     assert flops.total() == FlopCountAnalysis(UnusedProduct(), x, backend="dispatch").total() == 4 * 8 * 8 + 8 * 4 * 8
     assert flops.by_module() == {"": 512, "linear": 256}
     assert [str(node) for node in program.graph.nodes] == nodes
+
+
+class SelectedRows(nn.Module):
+    """A layer over the rows its input's values select: a size the values decide."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x[x[:, 0] > 0])
+
+
+def test_a_programs_size_its_values_decide_is_refused_by_name_and_the_model_is_counted_on_its_inputs():
+    """torch.export keeps the selected rows' count as a symbol no input fixes; the count names the op,
+    its module and what to do, as VITS's program (its durations decide its frames) does."""
+    torch.manual_seed(0)
+    model, x = SelectedRows(), torch.randn(16, 8)
+    program = torch.export.export(model, (x,), strict=False)
+    with pytest.raises(OpShapeError, match=r"op aten::linear in module 'linear': argument 'input' has no known shape: a size its values decide.*backend='export'"):
+        FlopCountAnalysis(program).total()
+    with pytest.warns(DataDependentTraceWarning, match="draft_export exported it"):
+        assert FlopCountAnalysis(model, x, backend="export").total() == int((x[:, 0] > 0).sum()) * 8 * 8
 
 
 def test_a_pt2_file_is_counted_at_its_sizes_at_new_ones_and_as_formulas(tmp_path):

@@ -124,7 +124,11 @@ class OpRecord:
         return math.prod(self.output_shape())
 
     def _require_shape(self, value: Any, what: str) -> tuple[int, ...]:
-        if not isinstance(value, TensorMeta) or value.shape is None:
+        if isinstance(value, TensorMeta) and value.shape is None:  # the two ways a tensor is recorded without its shape
+            raise OpShapeError(self.kind, self.scope, f"{what} has no known shape: a size its values decide, in an exported program "
+                               "(count the model on its inputs: backend='export' runs torch.export.draft_export on them), or a lazy "
+                               "module's parameter before its first call")
+        if not isinstance(value, TensorMeta):
             raise OpShapeError(self.kind, self.scope, f"{what} is not a tensor with a recorded shape (got {value!r})")
         return value.shape
 
