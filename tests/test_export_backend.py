@@ -97,6 +97,23 @@ def test_a_program_is_counted_as_exported_and_given_back_as_it_was():
     assert [str(node) for node in program.graph.nodes] == nodes
 
 
+def test_a_transformers_program_is_counted_as_its_model_exported():
+    """Qwen3-Next, built as ``tools/sweep.py`` builds it: its gated delta rule updates a recurrent
+    state after the last chunk that no output takes; its program is counted as the export backend
+    counts the model, and given back as exported (before 2026-12-07 the count lost that update's products)."""
+    from test_transformers_sweep import ARCHITECTURES, sweep
+
+    config = transformers.AutoConfig.for_model("qwen3_next")
+    sweep._shrink(config, sweep.RECIPES["tiny"])
+    torch.manual_seed(0)
+    model = getattr(transformers, ARCHITECTURES["qwen3_next"])(config).eval()
+    _, inputs = sweep._first_that_runs(model, config, sweep._inputs(model, config))
+    program = torch.export.export(model, (), inputs, strict=False)
+    nodes = len(program.graph.nodes)
+    assert _quiet(FlopCountAnalysis(program)).by_module() == _quiet(FlopCountAnalysis(model, (), inputs, backend="export")).by_module()
+    assert len(program.graph.nodes) == nodes
+
+
 class SelectedRows(nn.Module):
     """A layer over the rows its input's values select: a size the values decide."""
 
