@@ -148,5 +148,5 @@ def run_on_ranks(function: Callable[..., None], world: int, *args: Any, fresh: b
     if fresh:
         mp.spawn(function, args=args, nprocs=world, join=True)
         return
-    _forkserver()
+    _forkserver()  # its preload: torch's start_processes forks from the same server
     mp.start_processes(function, args=args, nprocs=world, join=True, start_method="forkserver")
