@@ -92,4 +92,6 @@ def test_every_docs_page_is_linked_and_every_link_resolves():
     for page in PAGES:
         for target in re.findall(r"\]\(([^)#:]+\.(?:md|png|cff))(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
             assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links a missing {target}"
-    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 260
+    readme_lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    # short in lines and in characters: one line of 5,800 characters once hid every run's history under the line count
+    assert len(readme_lines) <= 260 and sum(map(len, readme_lines)) <= 21_000
