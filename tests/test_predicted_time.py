@@ -609,7 +609,8 @@ def test_an_sgd_training_step_by_hand():
     backward's ops take the autograd engine's host time. The spec knows no cache: the step reads
     its operands from memory, each weight's 10,000 float32 elements and their gradient's read and
     the weight written, 120 kB at 1e10 B/s (1.2e-5 s, over the curve's 1e-5); on a spec whose cache
-    holds the step's 160.8 kB of parameters and gradients in half of it (``RESIDENT_SHARE``), the curve's."""
+    holds the step's 160.8 kB of parameters and gradients in half of it (``RESIDENT_SHARE``), the curve's;
+    on one whose half holds an eighth of them, seven eighths of that traffic from memory (over the curve)."""
     spec = _spec(memory_efficiency=1.0)  # a calibrated CPU's: its bandwidth measured
     model = _Mlp()
     step = predict_training_step(model, torch.randn(1000, 100), device=spec, optimizer="sgd")
@@ -617,8 +618,10 @@ def test_an_sgd_training_step_by_hand():
     touched = 2 * (2 * 100 * 100 + 100) * 4
     cached = predict_training_step(model, torch.randn(1000, 100), device=_spec(memory_efficiency=1.0, cache_bytes=2 * touched), optimizer="sgd")
     assert cached.optimizer_s == pytest.approx(3e-6 + 3 * 4e-6 + 1e-9 * 2 * 100 * 100 + 1e-6)
+    eighth = predict_training_step(model, torch.randn(1000, 100), device=_spec(memory_efficiency=1.0, cache_bytes=touched // 4), optimizer="sgd")
+    assert eighth.optimizer_s == pytest.approx(3e-6 + 3 * 4e-6 + 7 / 8 * 2 * 12 * 100 * 100 / 1e10 + 1e-6)  # half the cache holds an eighth
     outgrown = predict_training_step(model, torch.randn(1000, 100), device=_spec(memory_efficiency=1.0, cache_bytes=2 * touched - 2), optimizer="sgd")
-    assert outgrown.optimizer_s == pytest.approx(step.optimizer_s)
+    assert outgrown.optimizer_s == pytest.approx(cached.optimizer_s)  # all but 2 bytes held: the curve's time stands
     forward = PredictedTimeAnalysis(model, torch.randn(1000, 100), device=spec, backend="dispatch").total()
     loss = 1e-9 * 1000 * 100 + 6 * 4e-6  # the sum of the output's 1e5 elements, and a few calls (a sum, a stack, ones for its gradient)
     assert forward < step.forward_s <= forward + loss  # the dispatcher's ops as in eval mode, and the loss

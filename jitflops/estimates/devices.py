@@ -151,10 +151,11 @@ class DeviceSpec:
     """Dense 3 x 3 convolutions' rates per dtype key, by output positions and weight size
     (``jitflops calibrate`` on a CPU, at stride 1): 512 channels over 7 x 7 positions run at half
     the rate of 64 over 56 x 56, at the same FLOPs."""
-    operands_from_memory: bool = False
-    """Whether an elementwise op reads its operands from memory, not the caches: its kernel takes at
-    least its traffic at :attr:`memory_bandwidth` (:meth:`for_optimizer_step`). Curves are timed on
-    operands a call's repeats keep in the caches."""
+    operands_from_memory: float = 0.0
+    """The share of an elementwise op's operands read from memory, not the caches (0 to 1; a spec
+    file's ``true`` is 1): its kernel takes at least that share of its traffic at
+    :attr:`memory_bandwidth` (:meth:`for_optimizer_step`). Curves are timed on operands a call's
+    repeats keep in the caches."""
     matches: tuple[str, ...] = field(default=(), compare=False)
     """Fragments of ``torch.cuda.get_device_name`` that name this device, most specific first."""
 
@@ -247,17 +248,21 @@ class DeviceSpec:
 
     def for_optimizer_step(self, touched_bytes: int) -> "DeviceSpec":
         """The spec an optimizer's step runs on whose parameters, gradients and state take
-        ``touched_bytes``: its elementwise ops read their operands from memory
-        (:attr:`operands_from_memory`) unless those take at most :data:`RESIDENT_SHARE` of
-        :attr:`cache_bytes`. A step reads each parameter's state a whole training step after it
-        last wrote it, with the forward's and backward's tensors passed through the caches in
-        between. On a 2-core EPYC VM (32 MiB last-level cache), AdamW's step a tensor at a time took
-        287 ms on GPT-2's parameters, 291 on BERT-base's and 3.2 on Llama GQA's (7.6 MB of them):
-        priced -20%, -39% and -25% from the curves alone, +1%, -20% and +0% with this floor (the
-        rest of BERT-base's, pages the heap faulted in afresh beside the large outputs')."""
+        ``touched_bytes``: its elementwise ops read from memory the share of their operands that
+        :data:`RESIDENT_SHARE` of :attr:`cache_bytes` does not hold (:attr:`operands_from_memory`;
+        all of them where the cache is not known). A step reads each parameter's state a whole
+        training step after it last wrote it, with the forward's and backward's tensors passed
+        through the caches in between. On a 2-core EPYC VM (32 MiB last-level cache), AdamW's step a
+        tensor at a time took 287 ms on GPT-2's parameters, 291 on BERT-base's and 3.2 on Llama
+        GQA's (7.6 MB of them): priced -20%, -39% and -25% from the curves alone, +1%, -20% and +0%
+        with this floor (the rest of BERT-base's, pages the heap faulted in afresh beside the large
+        outputs'). Between the two, a small GPT's 56 MiB at one thread took 9.8 ms: -27% from the
+        curves alone, +42% with all of it read from memory (2026-12-06); the next day +47% so, and +18%
+        and +2% in two runs with this share (``tools/plan_host_accuracy.py``)."""
         if self._cache_holds(touched_bytes):
             return self
-        return dataclasses.replace(self, operands_from_memory=True)
+        held = RESIDENT_SHARE * self.cache_bytes / touched_bytes if self.cache_bytes is not None else 0.0
+        return dataclasses.replace(self, operands_from_memory=1.0 - held)
 
     def time_shared(self, share: float) -> "DeviceSpec":
         """This spec for a process that gets ``share`` of its cores' time: more processes than cores
@@ -310,7 +315,8 @@ class DeviceSpec:
                 raise DeviceSpecError(f"device spec {origin or document.get('name', '?')!r}: {name}: {error}") from None
         kernels = {family: tuple(tuple(point) for point in points) for family, points in document.get("kernel_curves", {}).items()}
         return cls(**{**document, "peak_flops": dict(document["peak_flops"]), "compute_curve": curve, "dtype_curves": curves, **grids,
-                      "kernel_curves": kernels, "host_s": dict(document.get("host_s", {})), "emulated": tuple(document.get("emulated", ()))})
+                      "kernel_curves": kernels, "host_s": dict(document.get("host_s", {})), "emulated": tuple(document.get("emulated", ())),
+                      "operands_from_memory": float(document.get("operands_from_memory", 0.0))})
 
 
 _WIDER = {"float8": ("float8", "int8", "bfloat16", "float16"), "int8": ("int8", "float8", "bfloat16"), "tf32": ("tf32", "float32"),

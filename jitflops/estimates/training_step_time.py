@@ -7,8 +7,8 @@ The optimizer's step is recorded on the copy's parameters with gradients, its st
 first step: a steady step's ops (AdamW's, per tensor on a CPU, ``foreach`` over lists on a GPU, as
 torch's defaults are). Every op is priced as the forward's are (:mod:`jitflops.estimates.roofline`):
 its kernel and its host time, a backward op's host time the autograd engine's (no Python), the
-optimizer's elementwise ops at least their traffic at the memory's bandwidth where its tensors
-outgrow the caches (:meth:`~.devices.DeviceSpec.for_optimizer_step`), and on a CPU each op's pages
+optimizer's elementwise ops at least the share of their traffic the caches do not hold at the
+memory's bandwidth (:meth:`~.devices.DeviceSpec.for_optimizer_step`), and on a CPU each op's pages
 as glibc's heap faults them in, step after step (:mod:`jitflops.estimates.heap_pages`).
 """
 

@@ -86,5 +86,5 @@ def elementwise_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: f
         return None
     seconds = curve_seconds(curve, output_elements(op))
     if spec.operands_from_memory:
-        seconds = max(seconds, memory_seconds(traffic, spec))
+        seconds = max(seconds, spec.operands_from_memory * memory_seconds(traffic, spec))
     return seconds
