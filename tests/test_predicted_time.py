@@ -78,6 +78,9 @@ def test_a_spec_keeps_every_curve_through_json_and_refuses_bad_ones():
         _spec(host_s={"launch": 1e-6})
     with pytest.raises(DeviceSpecError, match=r"kernel_curves\['copy'\] must be"):
         _spec(kernel_curves={"copy": ((10.0, 1e-6), (1.0, 1e-6))})
+    with pytest.raises(DeviceSpecError, match=r"operands_from_memory must be a share in \[0, 1\]"):
+        _spec(operands_from_memory=1.5)
+    assert DeviceSpec.from_mapping({**__import__("json").loads(spec.to_json()), "operands_from_memory": True}).operands_from_memory == 1  # a file from before
 
 
 def test_the_specs_grids_are_every_field_of_measured_grids():

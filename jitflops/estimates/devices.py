@@ -180,6 +180,8 @@ class DeviceSpec:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 problems.append(f"{name} must be in (0, 1], got {value!r}")
+        if not isinstance(self.operands_from_memory, (int, float)) or not 0 <= self.operands_from_memory <= 1:
+            problems.append(f"operands_from_memory must be a share in [0, 1] (a spec file's true is 1), got {self.operands_from_memory!r}")
         if not isinstance(self.launch_s, (int, float)) or self.launch_s < 0:
             problems.append(f"launch_s must be a non-negative number of seconds, got {self.launch_s!r}")
         for key in [*self.emulated, *(key for name in GRIDS for key in getattr(self, name))]:
@@ -315,8 +317,7 @@ class DeviceSpec:
                 raise DeviceSpecError(f"device spec {origin or document.get('name', '?')!r}: {name}: {error}") from None
         kernels = {family: tuple(tuple(point) for point in points) for family, points in document.get("kernel_curves", {}).items()}
         return cls(**{**document, "peak_flops": dict(document["peak_flops"]), "compute_curve": curve, "dtype_curves": curves, **grids,
-                      "kernel_curves": kernels, "host_s": dict(document.get("host_s", {})), "emulated": tuple(document.get("emulated", ())),
-                      "operands_from_memory": float(document.get("operands_from_memory", 0.0))})
+                      "kernel_curves": kernels, "host_s": dict(document.get("host_s", {})), "emulated": tuple(document.get("emulated", ()))})
 
 
 _WIDER = {"float8": ("float8", "int8", "bfloat16", "float16"), "int8": ("int8", "float8", "bfloat16"), "tf32": ("tf32", "float32"),
