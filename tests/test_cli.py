@@ -73,6 +73,7 @@ def test_profile_json_has_latency_on_every_called_module():
     assert all(m["latency"]["iterations"] == 2 for m in document["modules"])
     summary = document["summary"]
     assert summary["forward_latency"]["median_s"] > 0 and summary["page_faults_per_forward"] >= 0
+    assert summary["other_cores_while_timed"] >= 0
     # MFU against the peak given: the model's FLOP/s over 2 TFLOP/s
     assert summary["peak_flops"] == 2e12 and summary["mfu"] == pytest.approx(summary["forward_flops_per_second"] / 2e12)
 

@@ -230,6 +230,24 @@ def test_the_timed_pass_counts_the_pages_each_forward_faults_in():
     assert "note: each fwd faults in memory its allocator gave back to the OS" in printed and "note: each fwd faults" not in quiet
 
 
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="Linux's count of every core's busy time")
+def test_the_timed_pass_reads_the_cores_other_processes_kept_busy():
+    """A process spinning beside the timed pass reads as most of a core (with the suite's other
+    worker, more), and the printout says what that does to the latencies: no reading, or one of
+    idle cores, fails."""
+    model, x = nn.Linear(1024, 1024), torch.randn(256, 1024)
+    spinning = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        profile = profile_model(model, x, repeats=40)
+    finally:
+        spinning.kill()
+        spinning.wait()
+    assert profile.summary.other_cores is not None and profile.summary.other_cores >= 0.5, profile.summary.other_cores
+    printed = format_model_profile(profile)
+    assert re.search(r"^other processes' CPU while timed \(cores busy\): +\d+\.\d\d", printed, re.M)
+    assert f"note: other processes kept {profile.summary.other_cores:.2f} cores busy while this was timed" in printed
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_timed_pass_and_profile():
     model = ConvNet().cuda().eval()

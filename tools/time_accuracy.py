@@ -37,7 +37,11 @@ calibrate`` measures it, made again at once (its pages not handed back).
 
 A figure's error is its median over the rounds, with its spread (the smallest and largest round's);
 the noise floor is the same forward timed in two rounds (the median over models of their relative
-difference). No constant of the prediction is fitted to any model: every figure comes from the
+difference), and each round reads the cores other processes kept busy during its forwards
+(:mod:`jitflops.timing.machine_load`): one process at work on both cores made Llama GQA's decode
+step take 6 to 16 ms against 1.6, and one on one core Python's time per instruction 1.7 to 2.1
+times its own (2026-12-07), so a round with a reading much above 0 measured a shared machine. No
+constant of the prediction is fitted to any model: every figure comes from the
 calibration. Prints the tables ``docs/benchmarks.md`` keeps and writes the figures as JSON.
 
     python tools/time_accuracy.py                          # 3 rounds, everything (about 14 minutes on 2 cores)
@@ -72,6 +76,7 @@ from jitflops.estimates.devices import DeviceSpec, device_spec  # noqa: E402
 from jitflops.estimates.generation_time import predict_generation  # noqa: E402
 from jitflops.estimates.roofline import PredictedTimeAnalysis  # noqa: E402
 from jitflops.estimates.training_step_time import predict_training_step  # noqa: E402
+from jitflops.timing.machine_load import OtherLoad  # noqa: E402
 from jitflops.timing.timed_pass import faults_since, minor_faults  # noqa: E402
 from jitflops.examples import ZOO, Example, llama_config  # noqa: E402
 from jitflops.examples import _config, _ids, _image, _positional, _transformers_example  # noqa: E402  (the zoo's own builders)
@@ -299,16 +304,19 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
     forwards(compiled, 0)  # each compiled at its first call
     rounds = []
     for index in range(options.rounds):
-        before = forwards(models, (options.repeats + 1) // 2)  # the forwards on both sides of the calibration: a shared
-        started = time.perf_counter()                          # machine's speed drifts within a minute
+        with OtherLoad() as load_before:
+            before = forwards(models, (options.repeats + 1) // 2)  # the forwards on both sides of the calibration: a shared
+        started = time.perf_counter()                              # machine's speed drifts within a minute
         spec = calibrated()
         calibration_s = time.perf_counter() - started
-        after = forwards(models, options.repeats // 2 + 1)
+        with OtherLoad() as load_after:
+            after = forwards(models, options.repeats // 2 + 1)
+        other_cores = max((load.cores for load in (load_before, load_after) if load.cores is not None), default=None)
         measured = {name: statistics.median(before[1][name] + after[1][name]) for name in models}
         in_turn = {name: statistics.median(before[0][name] + after[0][name]) for name in models}
         faults = {name: statistics.median(before[2][name] + after[2][name]) for name in models}
         compiled_s = {name: statistics.median(times) for name, times in forwards(compiled, options.repeats)[1].items()}
-        row: dict[str, Any] = {"calibration_s": calibration_s, "device": json.loads(spec.to_json()), "forward": {}, "training": {}, "generation": {}, "compiled": {}}
+        row: dict[str, Any] = {"calibration_s": calibration_s, "other_cores": other_cores, "device": json.loads(spec.to_json()), "forward": {}, "training": {}, "generation": {}, "compiled": {}}
         for name, (model, args, kwargs) in models.items():
             eager = PredictedTimeAnalysis(model, args, kwargs, device=spec).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
             predicted = eager.total()
@@ -329,7 +337,8 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
                                        "prefill_s": prefill, "predicted_prefill_s": predicted.prefill_s, "prefill_error": predicted.prefill_s / prefill - 1,
                                        "decode_s": decode, "predicted_decode_s": predicted.decode_s, "decode_error": predicted.decode_s / decode - 1}
         rounds.append(row)
-        print(f"round {index + 1}: calibrated in {calibration_s:.1f} s; " + ", ".join(f"{name} {value['error']:+.0%}" for name, value in row["forward"].items()), flush=True)
+        load = "" if other_cores is None else f", other processes kept {other_cores:.2f} cores busy during the forwards"
+        print(f"round {index + 1}: calibrated in {calibration_s:.1f} s{load}; " + ", ".join(f"{name} {value['error']:+.0%}" for name, value in row["forward"].items()), flush=True)
     return {"rounds": rounds, "models": options.models}
 
 
@@ -387,6 +396,9 @@ def reduced(document: dict[str, Any]) -> dict[str, Any]:
         differences = [abs(rounds[1]["forward"][name]["measured_s"] / rounds[0]["forward"][name]["measured_s"] - 1) for name in rounds[0]["forward"]]
         result["noise_floor"] = statistics.median(differences)
     result["calibration_s"] = summary([row["calibration_s"] for row in rounds])
+    loads = [row["other_cores"] for row in rounds if row.get("other_cores") is not None]
+    if loads:
+        result["other_cores"] = summary(loads)
     return result
 
 
@@ -399,7 +411,8 @@ def tables(result: dict[str, Any], rounds: int) -> str:
         return f"{counted['median']:,.0f} ({counted['low']:,.0f} to {counted['high']:,.0f})" if counted else "-"
 
     lines = [f"Median over {rounds} rounds (spread: the lowest and highest round); calibration {result['calibration_s']['median']:.0f} s a round"
-             + (f"; noise floor (the same forward in two rounds) {result['noise_floor']:.0%}" if "noise_floor" in result else ""), "",
+             + (f"; noise floor (the same forward in two rounds) {result['noise_floor']:.0%}" if "noise_floor" in result else "")
+             + (f"; other processes kept up to {result['other_cores']['high']:.2f} cores busy during a round's forwards" if "other_cores" in result else ""), "",
              "| model | forward | error | after another model's | leaf modules' median abs error | worst module | fresh pages a forward | set |",
              "|---|---|---|---|---|---|---|---|"]
     for name, entry in result["forward"].items():

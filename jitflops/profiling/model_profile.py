@@ -115,6 +115,10 @@ class ProfileSummary:
     """The minor page faults of the median forward without hooks: pages it touched for the first
     time, memory the allocator had given back to the OS (None: not timed, or no count on this OS;
     :mod:`jitflops.timing.timed_pass`). :attr:`predicted_s` leaves their time out."""
+    other_cores: Optional[float] = None
+    """The cores other processes kept busy while the forward was timed (None: not timed, or no
+    reading on this OS; :mod:`jitflops.timing.machine_load`): the latencies are this machine's
+    alone only where it is near 0."""
 
     @property
     def prediction_figure(self) -> str:

@@ -138,6 +138,7 @@ def profile_model(
             prediction_mode=mode,
             measured_on=measured_on,
             page_faults=timing.page_faults_per_forward if timing else None,
+            other_cores=timing.other_cores if timing else None,
         )
         return ModelProfile(root, summary, profile_convention(elementwise), rows, timing.spans if timing else (), None, flops, activations)
 

@@ -27,6 +27,10 @@ TINY_FORWARD_S = 1e-4
 FAULTS_WORTH_A_NOTE = 2**20
 """Bytes of fresh pages a forward faults in, past which the printout says why (a MiB: 256 pages,
 0.2 ms of the kernel's work at 0.8 µs a page)."""
+OTHER_CORES_WORTH_A_NOTE = 0.25
+"""Cores other processes kept busy while a forward was timed, past which the printout says what
+that does (a quarter of a core: a process at work a quarter of the time; one core busy made a
+2-core VM's Python 1.7 to 2.1 times slower, :mod:`jitflops.timing.machine_load`)."""
 _END = "------------------------------------------------------------------------------"
 
 
@@ -175,7 +179,7 @@ def _summary_lines(summary: ProfileSummary, step: Optional[int], convention: str
         tiny = summary.forward is not None and summary.forward.median < TINY_FORWARD_S
         overhead = f"n/a (the forward takes under {TINY_FORWARD_S * 1e3:g} ms: the hooks' own cost dominates)" if tiny else f"{100 * summary.timing_overhead:.1f}%"
         lines.append(_line("timing overhead (fwd with hooks / without - 1)", overhead))
-    lines += _page_fault_lines(summary)
+    lines += _page_fault_lines(summary) + _other_load_lines(summary)
     header = f"Profile Summary at step {step}:" if step is not None else "Profile Summary:"
     return [
         "",
@@ -202,6 +206,17 @@ def _page_fault_lines(summary: ProfileSummary) -> list[str]:
     if faulted >= FAULTS_WORTH_A_NOTE:
         lines.append("note: each fwd faults in memory its allocator gave back to the OS (glibc trims its heap and unmaps large blocks; "
                      "MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_, or jemalloc, keep it); the predicted time leaves that out")
+    return lines
+
+
+def _other_load_lines(summary: ProfileSummary) -> list[str]:
+    """The cores other processes kept busy while the forward was timed, and what they do to it where they are many."""
+    if summary.other_cores is None:
+        return []
+    lines = [_line("other processes' CPU while timed (cores busy)", f"{summary.other_cores:.2f}")]
+    if summary.other_cores >= OTHER_CORES_WORTH_A_NOTE:
+        lines.append(f"note: other processes kept {summary.other_cores:.2f} cores busy while this was timed: its latencies are slower than "
+                     "this machine gives alone (on a 2-core VM, both cores busy made a decode step 4 to 10 times slower); time it with the machine quiet")
     return lines
 
 

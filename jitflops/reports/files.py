@@ -99,6 +99,7 @@ def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
             "samples_per_second": summary.samples_per_second,
             "timing_overhead": summary.timing_overhead,
             "page_faults_per_forward": summary.page_faults,
+            "other_cores_while_timed": summary.other_cores,
             "peak_flops": summary.peak_flops,
             "model_flops": summary.model_flops,
             "mfu": summary.mfu,

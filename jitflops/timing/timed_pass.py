@@ -35,6 +35,7 @@ from ..core.model_guard import preserved
 from ..core.running_module import failures_named, hookable_modules
 from ..core.model_io import ModelCall
 from ..frontends.meta_values import holds_meta
+from .machine_load import OtherLoad
 
 try:
     import resource
@@ -144,6 +145,9 @@ class TimedPass:
     warm_up: int
     page_faults: tuple[int, ...] = ()
     """The minor page faults of each iteration without hooks (none counted where the OS keeps no count)."""
+    other_cores: Optional[float] = None
+    """The cores other processes kept busy while the iterations ran (:mod:`~jitflops.timing.machine_load`;
+    None where the OS gives no reading)."""
 
     @property
     def page_faults_per_forward(self) -> Optional[int]:
@@ -299,20 +303,22 @@ def time_modules(
         for _ in iterate(iter(range(warm_up)), warm_up, "warm-up"):
             call.run(model)
         clock.synchronize()
-        for _ in iterate(iter(range(repeats)), repeats, "timed"):
-            before = minor_faults()
-            untimed.append(_timed(clock, lambda: call.run(model)))
-            faulted = faults_since(before)
-            if faulted is not None:
-                faults.append(faulted)
-            handles = recorder.install(model)
-            try:
-                timed.append(_timed(clock, lambda: call.run(model)))
-            finally:
-                for handle in handles:
-                    handle.remove()
-            collector.add_iteration(recorder.take_iteration())
-    return TimedPass(collector.stats(), LatencyStats(tuple(timed)), LatencyStats(tuple(untimed)), collector.last_spans, str(device), warm_up, tuple(faults))
+        with OtherLoad() as other_load:
+            for _ in iterate(iter(range(repeats)), repeats, "timed"):
+                before = minor_faults()
+                untimed.append(_timed(clock, lambda: call.run(model)))
+                faulted = faults_since(before)
+                if faulted is not None:
+                    faults.append(faulted)
+                handles = recorder.install(model)
+                try:
+                    timed.append(_timed(clock, lambda: call.run(model)))
+                finally:
+                    for handle in handles:
+                        handle.remove()
+                collector.add_iteration(recorder.take_iteration())
+    return TimedPass(collector.stats(), LatencyStats(tuple(timed)), LatencyStats(tuple(untimed)), collector.last_spans, str(device), warm_up, tuple(faults),
+                     other_load.cores)
 
 
 def refuse_meta(model: nn.Module, call: ModelCall, what: str) -> None:
