@@ -215,8 +215,9 @@ def _other_load_lines(summary: ProfileSummary) -> list[str]:
         return []
     lines = [_line("other processes' CPU while timed (cores busy)", f"{summary.other_cores:.2f}")]
     if summary.other_cores >= OTHER_CORES_WORTH_A_NOTE:
-        lines.append(f"note: other processes kept {summary.other_cores:.2f} cores busy while this was timed: its latencies are slower than "
-                     "this machine gives alone (on a 2-core VM, both cores busy made a decode step 4 to 10 times slower); time it with the machine quiet")
+        ranks = " (this machine's other ranks among them)" if summary.parallel.world > 1 else ""
+        lines.append(f"note: other processes{ranks} kept {summary.other_cores:.2f} cores busy while this was timed: where they share its cores, "
+                     "its latencies are slower than this machine gives alone (on a 2-core VM, both cores busy made a decode step 4 to 10 times slower)")
     return lines
 
 
