@@ -38,9 +38,9 @@ calibrate`` measures it, made again at once (its pages not handed back).
 A figure's error is its median over the rounds, with its spread (the smallest and largest round's);
 the noise floor is the same forward timed in two rounds (the median over models of their relative
 difference), and each round reads the cores other processes kept busy during its forwards
-(:mod:`jitflops.timing.machine_load`): one process at work on both cores made Llama GQA's decode
-step take 6 to 16 ms against 1.6, and one on one core Python's time per instruction 1.7 to 2.1
-times its own (2026-12-07), so a round with a reading much above 0 measured a shared machine. No
+(:mod:`jitflops.timing.machine_load`): a sweep at work beside it (1.4 cores) made Llama GQA's
+decode step take 6 to 16 ms against 1.6, and Python's time per instruction 1.7 to 2.1 times its
+own (2026-12-07), so a round with a reading much above 0 measured a shared machine. No
 constant of the prediction is fitted to any model: every figure comes from the
 calibration. Prints the tables ``docs/benchmarks.md`` keeps and writes the figures as JSON.
 

@@ -29,8 +29,8 @@ FAULTS_WORTH_A_NOTE = 2**20
 0.2 ms of the kernel's work at 0.8 µs a page)."""
 OTHER_CORES_WORTH_A_NOTE = 0.25
 """Cores other processes kept busy while a forward was timed, past which the printout says what
-that does (a quarter of a core: a process at work a quarter of the time; one core busy made a
-2-core VM's Python 1.7 to 2.1 times slower, :mod:`jitflops.timing.machine_load`)."""
+that does (a quarter of a core: a process at work a quarter of the time; a sweep's 1.4 cores
+made a 2-core VM's Python 1.7 to 2.1 times slower, :mod:`jitflops.timing.machine_load`)."""
 _END = "------------------------------------------------------------------------------"
 
 
@@ -217,7 +217,7 @@ def _other_load_lines(summary: ProfileSummary) -> list[str]:
     if summary.other_cores >= OTHER_CORES_WORTH_A_NOTE:
         ranks = " (this machine's other ranks among them)" if summary.parallel.world > 1 else ""
         lines.append(f"note: other processes{ranks} kept {summary.other_cores:.2f} cores busy while this was timed: where they share its cores, "
-                     "its latencies are slower than this machine gives alone (on a 2-core VM, both cores busy made a decode step 4 to 10 times slower)")
+                     "its latencies are slower than this machine gives alone (on a 2-core VM, a process using 1.4 cores made a decode step 4 to 10 times slower)")
     return lines
 
 

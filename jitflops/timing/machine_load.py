@@ -1,10 +1,10 @@
 """The CPU other processes took while a pass was timed: a shared machine's noise, read and named.
 
-A timing is this machine's only where nothing else ran on it. On a 2-core VM, a process busy on
-both cores made a two-layer Llama's decode step take 6.3 and 15.9 ms against 1.6 alone (the
-step's parallel kernels wait for torch's second thread, which waits for a core), and the same
-process on one core made Python's time per instruction 39 to 49 ns against 23.5 (2026-12-07). The
-figures gave no sign of it.
+A timing is this machine's only where nothing else ran on it. On a 2-core VM, a sweep at work
+beside it (a process and its worker, 1.4 cores between them) made a two-layer Llama's decode step
+take 6.3 and 15.9 ms against 1.6 alone (the step's parallel kernels wait for torch's second
+thread, which waits for a core), and Python's time per instruction 39 to 49 ns against 23.5
+(2026-12-07). The figures gave no sign of it.
 
 Read from Linux's ``/proc/stat``: the time every core spent busy (the kernel's and processes',
 and the time a VM's host took the core for another guest, ``steal``) less this process's own CPU
