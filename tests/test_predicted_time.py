@@ -804,7 +804,7 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert set(spec.host_s) == set(HOST_KINDS) - set(LIBRARY_CALLS)  # a CPU's library calls are timed in their curves
     assert spec.host_s["dtensor"] > spec.host_s["op"] and spec.host_s["parallel_dtensor"] > spec.host_s["op"]  # DTensor's Python on top of the op's
     assert spec.host_s["fsdp_unit"] > 5 * spec.host_s["fsdp_tensor"] > 5 * spec.host_s["op"]  # FSDP2's hooks: a unit's Python, each tensor's bookkeeping
-    assert 0 < 20 * spec.host_s["bytecode"] < spec.host_s["module"]  # a module's call runs some 30 instructions of nn.Module's, and more of C
+    assert 0 < 10 * spec.host_s["bytecode"] < spec.host_s["module"]  # a module's call (in a loop) runs some 30 instructions of nn.Module's, and more of C; an instruction is timed between ops, where it runs up to three times as slow
     assert 0 < spec.host_s["page"] < 1e-4  # a page faulted in: 0.8-1.1 us on the 2-core EPYC (its count against the OS's: below)
     timed = [work for family in ("copy", "arithmetic", "norm", "softmax") for work, _ in spec.kernel_curves[family]]
     assert max(timed) * 4 < FRESH_PAGES_FROM_BYTES  # float32 outputs the heap serves: a larger one's fresh pages are priced apart
