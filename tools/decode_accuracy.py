@@ -7,7 +7,8 @@ prefilled with 128 tokens; a step is the next token's forward with the cache, wh
 to 128 after each, timed 400 times (the median of the last 300).
 
 Each round times each decoder's steps in turn, calibrates the machine afresh (``jitflops
-calibrate`` in a process of its own, as ``tools/time_accuracy.py`` does), times them again, and
+calibrate`` in a process of its own, as ``tools/time_accuracy.py`` does), lets the machine settle
+(``SETTLE_S``: the VM's host takes back what the calibration's process freed), times them again, and
 predicts each first decode step (``predict_generation``) against the mean of the two timings. A
 decoder's error is its median over the rounds, with its spread. On this 2-core VM the same step
 moves by half within minutes, with nothing else running (Llama's 1.35 to 2.73 ms, 2026-12-07), and
@@ -41,7 +42,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tools"))
 
 from jitflops.estimates.generation_time import predict_generation  # noqa: E402
-from time_accuracy import calibrated, summary  # noqa: E402
+from time_accuracy import calibrated, settle, summary  # noqa: E402
 
 WIDTH, LAYERS, VOCAB, PROMPT = 64, 2, 1000, 128
 STEPS, WARM_UP = 400, 100
@@ -102,6 +103,7 @@ def run(families: list[str], rounds: int) -> dict[str, Any]:
     for index in range(rounds):
         before = {family: decode_step(model, prompt) for family, model in models.items()}  # on both sides of the calibration:
         spec = calibrated()                                                                  # the machine's speed drifts within a minute
+        settle()
         after = {family: decode_step(model, prompt) for family, model in models.items()}
         row = {}
         for family, model in models.items():

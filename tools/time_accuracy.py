@@ -5,7 +5,8 @@ its own, within its budget), then measures, against
 the prediction on that round's spec:
 
 - every model of the zoo's forward (real weights, its zoo inputs, ``no_grad``), timed interleaved
-  with the others (``--repeats`` turns of the models, half before the calibration and half after: a
+  with the others (``--repeats`` turns of the models, half before the calibration and half after it
+  and :data:`SETTLE_S` seconds: a
   slow stretch of the shared machine falls on every model a little, and on both sides of the
   calibration; in each turn a model's forward right after another model's, then one right after
   its own, the one the error is of: a loop over batches, which the prediction prices; before
@@ -292,6 +293,18 @@ def calibrated() -> DeviceSpec:
         return device_spec(str(path))
 
 
+SETTLE_S = 10.0
+"""Seconds to wait after a calibration before timing: the process it ran in hands hundreds of MiB
+back as it ends, and this VM's host takes them back over the next seconds. A two-layer Llama's
+decode step took 2.0 to 2.4 ms for 7 s after ``jitflops calibrate``'s process ended, and 1.4 to
+1.5 ms from 8 s on (2026-12-07); timed at once, a round's steps after the calibration came out 1.5
+times those before it."""
+
+
+def settle() -> None:
+    time.sleep(SETTLE_S)
+
+
 def summary(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "low": min(values), "high": max(values)}
 
@@ -309,6 +322,7 @@ def run_rounds(options: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()                              # machine's speed drifts within a minute
         spec = calibrated()
         calibration_s = time.perf_counter() - started
+        settle()
         with OtherLoad() as load_after:
             after = forwards(models, options.repeats // 2 + 1)
         other_cores = max((load.cores for load in (load_before, load_after) if load.cores is not None), default=None)
