@@ -11,7 +11,8 @@ the prediction on that round's spec:
   calibration; in each turn a model's forward right after another model's, then one right after
   its own, the one the error is of: a loop over batches, which the prediction prices; before
   2026-11-29 the first alone), and per leaf module, among those covering 80% of the measured time,
-  the timed pass's error (``profile_model``, in blocks of 3 passes, the models in turn);
+  the timed pass's error (``profile_model``, in blocks of 3 passes, the models in turn), and their
+  noise floor (the same leaves' times in two blocks apart);
 - the zoo's transformers' training step (forward, backward, an AdamW step: the median of
   ``--steps`` steady steps) against ``predict_training_step``, after the forwards' rounds, in as
   many rounds each calibrated afresh, each step in a process of its own while this one holds none
@@ -181,7 +182,9 @@ def forwards(models: dict[str, tuple[torch.nn.Module, tuple, dict]], repeats: in
 
 def module_errors(models: dict[str, tuple[torch.nn.Module, tuple, dict]], spec: DeviceSpec) -> dict[str, dict[str, Any]]:
     """Each model's timed pass's leaf modules covering 80% of the measured time: their median
-    absolute error, their median error, the worst. The passes are timed in :data:`MODULE_BLOCKS`
+    absolute error, their median error, the worst, and their noise floor (the median over them of
+    the first two blocks' times apart: a leaf's error below it is the machine's as much as the
+    prediction's). The passes are timed in :data:`MODULE_BLOCKS`
     blocks of a model's, the models in turn, and a leaf's time is the median of its blocks': run J
     (2026-12-06), each model's 9 passes in one block, gave T5-small's leaves a median error of 47%,
     8%, 33%, 7% and 41% by round, where its forward's, timed in turn with the others', was -13% to
@@ -208,7 +211,9 @@ def _leaf_errors(profiles: list[Any]) -> dict[str, Any]:
             break
         covered += times[name]
         errors.append((name, predicted[name] / times[name] - 1))
-    return {"modules": len(errors), "median_abs_error": statistics.median(abs(error) for _, error in errors) if errors else None,
+    blocks_apart = [abs(timed[name][1] / timed[name][0] - 1) for name, _ in errors if len(timed[name]) > 1]
+    return {"modules": len(errors), "noise_floor": statistics.median(blocks_apart) if blocks_apart else None,
+            "median_abs_error": statistics.median(abs(error) for _, error in errors) if errors else None,
             "median_error": statistics.median(error for _, error in errors) if errors else None,
             "worst": max(errors, key=lambda item: abs(item[1])) if errors else None}
 
@@ -393,6 +398,8 @@ def reduced(document: dict[str, Any]) -> dict[str, Any]:
                  "page_faults": summary([value["page_faults"] for value in per_round])}
         if "modules" in per_round[0]:
             entry["module_median_abs_error"] = statistics.median(value["modules"]["median_abs_error"] for value in per_round)
+            floors = [value["modules"]["noise_floor"] for value in per_round if value["modules"].get("noise_floor") is not None]
+            entry["module_noise_floor"] = statistics.median(floors) if floors else None
             entry["module_median_error"] = statistics.median(value["modules"]["median_error"] for value in per_round)
             entry["worst_module"] = max((value["modules"]["worst"] for value in per_round), key=lambda item: abs(item[1]))
         result["forward"][name] = entry
@@ -427,12 +434,14 @@ def tables(result: dict[str, Any], rounds: int) -> str:
     lines = [f"Median over {rounds} rounds (spread: the lowest and highest round); calibration {result['calibration_s']['median']:.0f} s a round"
              + (f"; noise floor (the same forward in two rounds) {result['noise_floor']:.0%}" if "noise_floor" in result else "")
              + (f"; other processes kept up to {result['other_cores']['high']:.2f} cores busy during a round's forwards" if "other_cores" in result else ""), "",
-             "| model | forward | error | after another model's | leaf modules' median abs error | worst module | fresh pages a forward | set |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| model | forward | error | after another model's | leaf modules' median abs error | their noise floor | worst module | fresh pages a forward | set |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, entry in result["forward"].items():
         worst = f"{entry['worst_module'][0]} {entry['worst_module'][1]:+.0%}" if entry.get("worst_module") else "-"
         modules = f"{entry['module_median_abs_error']:.0%}" if entry.get("module_median_abs_error") is not None else "-"
-        lines.append(f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} | {spread(entry['error_in_turn'])} | {modules} | {worst} | {pages(entry)} | {entry['set']} |")
+        floor = f"{entry['module_noise_floor']:.0%}" if entry.get("module_noise_floor") is not None else "-"
+        lines.append(f"| {name} | {entry['measured_s'] * 1e3:.1f} ms | {spread(entry['error'])} | {spread(entry['error_in_turn'])} | {modules} | {floor} | {worst} | "
+                     f"{pages(entry)} | {entry['set']} |")
     if result["training"]:
         lines += ["", "| model | training step (AdamW) | error | fresh pages a step | pages the heap's model prices |", "|---|---|---|---|---|"]
         lines += [f"| {name} | {entry['measured_s'] * 1e3:.0f} ms | {spread(entry['error'])} | {pages(entry)} | {entry.get('predicted_pages', 0):,} |"
