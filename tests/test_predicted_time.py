@@ -253,7 +253,6 @@ def test_a_page_is_priced_where_the_heap_already_holds_a_free_64_mib():
     assert 1e-8 < float(page) < 1e-4
 
 
-
 def test_the_models_python_is_timed_between_ops_of_many_kinds(monkeypatch):
     """``calibrate`` prices an instruction of the model's Python from its glue module called between
     the ops of a tour of tiny ops of many kinds (as a model runs it, after ops that took the core's
@@ -292,6 +291,7 @@ def test_the_models_python_is_timed_between_ops_of_many_kinds(monkeypatch):
     glues = len(range(0, len(host._op_tour(torch.device("cpu"))), host.GLUE_EVERY))
     assert len(dispatched) == 2 and all(len(kinds) >= 20 for kinds in dispatched), dispatched
     assert price == pytest.approx(2e-4 / glues / counter.count)
+
 
 def test_training_dropout_is_timed_as_this_cpu_draws_random_numbers():
     """``jitflops calibrate`` measures bernoulli_ by elements: a CPU's generator, several times an

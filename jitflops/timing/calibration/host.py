@@ -322,9 +322,9 @@ def _per_bytecode(device: torch.device) -> float:
     Timed between ops, not in a loop of its own: a model's Python runs after ops that took their
     own paths through the dispatcher and their kernels, and has lost the core's caches and
     predictors to them. On a 2-core EPYC the glue ran at 23.6 to 24.1 ns an instruction in a loop
-    and at 43 to 45 between the tour's ops (2026-12-07); priced at the loop's rate, the decode steps
-    of seven transformers decoders of width 64 (Llama, GPT-2, OPT, Qwen2, GPT-NeoX, Phi, Gemma) came
-    out -11% to -45%, and at the tour's -30% to +3%."""
+    and at 37 to 45 between the tour's ops (2026-12-07). Paired over 5 rounds, the decode steps of
+    tiny decoders of 14 transformers families (``tools/decode_accuracy.py``) came 7 of 14 within 15%
+    priced at the tour's rate, 3 of 14 at the loop's."""
     from ...frontends.bytecode_count import BytecodeCounter
 
     glue, identity, a = _Glue(), nn.Identity(), torch.ones(1, device=device)
