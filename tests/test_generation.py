@@ -3,7 +3,9 @@ tiny GPT-2 and a Llama with grouped-query attention."""
 
 from __future__ import annotations
 
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,8 @@ from jitflops import count_generation
 from helpers import assert_same_state, model_state
 
 transformers = pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).parents[1] / "tools"))
+from decode_accuracy import FAMILIES, build  # noqa: E402
 
 PROMPT, NEW = 6, 3
 
@@ -206,3 +210,22 @@ def test_a_decoder_whose_forward_reads_a_value_is_predicted_on_its_values():
         meta = transformers.JetMoeForCausalLM(config).eval()
     with pytest.raises(TraceError, match=r"experts.router' \(JetMoeTopKGating\)"):
         predict_generation(meta, ids, NEW, device="h100")
+
+
+
+@pytest.mark.parametrize("family", [family for family in FAMILIES if family not in ("llama", "gpt2")])
+def test_the_decode_accuracy_tools_families_are_counted_and_predicted_on_meta_as_generate_runs_them(family):
+    """``tools/decode_accuracy.py``'s tiny decoders of twelve more families (its Llama and GPT-2 are
+    above): on meta, each step of ``generate`` counted as the model's ``generate`` on the CPU runs
+    it (the prefill, then one token over the cache a step), and its prediction the CPU model's."""
+    from jitflops import predict_generation
+
+    with torch.device("meta"):
+        meta = build(family)
+    ids = torch.randint(0, 100, (1, PROMPT))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        on_meta = count_generation(meta, input_ids=ids, max_new_tokens=NEW, do_sample=False, pad_token_id=0)
+    assert on_meta.steps == _generate(build(family)).steps
+    assert [(step.tokens, step.positions) for step in on_meta.steps] == [(6, 6), (1, 7), (1, 8)]
+    assert predict_generation(meta, ids, NEW, device="h100") == predict_generation(build(family), ids, NEW, device="h100")
