@@ -1,5 +1,6 @@
 """``generate()`` counted step by step: the prefill and each decode step, against hand counts for a
-tiny GPT-2 and a Llama with grouped-query attention."""
+tiny GPT-2 and a Llama with grouped-query attention, and on meta against each family's
+``generate`` run on the CPU (``tools/decode_accuracy.py``'s decoders among them)."""
 
 from __future__ import annotations
 
