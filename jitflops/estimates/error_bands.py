@@ -73,8 +73,9 @@ to -4%, ``generate``'s own work -29% to -5%; and one run of 3 rounds later that 
 model's Python priced between ops of many kinds, noise floor 15%: the forward -8% to +12%, the
 training step -11% to -0%, prefill +9% to +17%, the decode step -23% to -4%, ``generate``'s own
 work -34% to +6%, and 22 models outside the zoo -19% to +17% (noise floor 18%); the decode step of
-tiny decoders of 14 families (``tools/decode_accuracy.py``) -26% to +4% in its latest run
-of 3 rounds, whose rounds spread from -43% to +59%, and -34% to +39% in the one before)."""
+tiny decoders of 14 families (``tools/decode_accuracy.py``) -27% to -9% in its latest run of 5
+rounds, -26% to +4% in the one before (rounds spreading from -43% to +59%) and -34% to +39% in the
+one before that)."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28), "
                  "the forward of 22 models outside them (2026-11-29, 2026-12-06, 2026-12-07), 9 models again in twenty runs (2026-12-06, 2026-12-07), "

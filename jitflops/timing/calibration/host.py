@@ -324,7 +324,8 @@ def _per_bytecode(device: torch.device) -> float:
     predictors to them. On a 2-core EPYC the glue ran at 23.6 to 24.1 ns an instruction in a loop
     and at 37 to 45 between the tour's ops (2026-12-07). Paired over 5 rounds, the decode steps of
     tiny decoders of 14 transformers families (``tools/decode_accuracy.py``) came 7 of 14 within 15%
-    priced at the tour's rate, 3 of 14 at the loop's; in a second paired run 10 of 14 against 5."""
+    priced at the tour's rate, 3 of 14 at the loop's; in two more paired runs 10 against 5 and 4
+    against 0, closer on 13, 13 and 14 of 14."""
     from ...frontends.bytecode_count import BytecodeCounter
 
     glue, identity, a = _Glue(), nn.Identity(), torch.ones(1, device=device)
