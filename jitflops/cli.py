@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from . import __version__
-from .timing.calibration import calibrate
+from .timing.calibration import PHASES, calibrate
 from .estimates.devices import DeviceSpec, device_spec, is_device_name
 from .examples import all_examples
 from .reports.files import ops_to_csv, profile_to_json, spans_to_chrome_trace
@@ -605,6 +605,8 @@ def calibrate_main(argv: Sequence[str]) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     parser.add_argument("--output", help="write the spec here (JSON); default: print it")
     parser.add_argument("--budget", type=float, metavar="SECONDS", help="the calibration's time (default: 40, or the environment's JITFLOPS_CALIBRATION_BUDGET_S)")
+    parser.add_argument("--phases", type=int, default=PHASES, metavar="N",
+                        help=f"measure everything N times, each in 1/N of the budget, and keep each number's median: a slow stretch of a shared machine falls on one phase (default: {PHASES})")
     parser.add_argument("--collectives", type=int, metavar="RANKS", help="instead, measure the collectives of RANKS gloo processes on this machine's loopback "
                         "(all-reduce, all-gather, reduce-scatter, 64 KiB to 16 MiB) as an interconnect for 'jitflops plan --interconnect FILE'")
     args = parser.parse_args(argv)
@@ -615,7 +617,9 @@ def calibrate_main(argv: Sequence[str]) -> int:
             parser.error(f"--collectives needs at least 2 ranks, got {args.collectives}")
         text = json.dumps(calibrate_collectives(args.collectives), indent=1) + "\n"
     else:
-        text = calibrate(args.device, budget_s=args.budget).to_json()
+        if args.phases < 1:
+            parser.error(f"--phases needs at least 1 phase, got {args.phases}")
+        text = calibrate(args.device, budget_s=args.budget, phases=args.phases).to_json()
     if args.output:
         write_text(args.output, text)
     else:

@@ -287,14 +287,15 @@ def generation(model: torch.nn.Module, ids: torch.Tensor, runs: int = 3) -> tupl
     return tuple(statistics.median(run[part] for run in per_run) for part in range(3))  # type: ignore[return-value]
 
 
-def calibrated() -> DeviceSpec:
-    """A spec ``jitflops calibrate`` measures in a process of its own, as a user runs it: not in this
-    one, whose allocator holds the freed memory of nine models (a fresh tensor of 16 Mi elements
-    takes 5 ms here and 25 ms in a new process, where its pages are faulted in, as they are in a
-    training step's backward and AdamW's temporaries)."""
+def calibrated(*options: str) -> DeviceSpec:
+    """A spec ``jitflops calibrate`` measures (with the command's ``options``) in a process of its
+    own, as a user runs it: not in this one, whose allocator holds the freed memory of nine models
+    (a fresh tensor of 16 Mi elements takes 5 ms here and 25 ms in a new process, where its pages are
+    faulted in, as they are in a training step's backward and AdamW's temporaries)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder, "spec.json")
-        subprocess.run([sys.executable, "-m", "jitflops", "calibrate", "--output", str(path)], check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "jitflops", "calibrate", "--output", str(path), *options], check=True, cwd=REPO, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
         return device_spec(str(path))
 
 

@@ -26,6 +26,7 @@ predicts with it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional, Sequence, TypeVar
@@ -42,6 +43,7 @@ from .convolutions import POINTWISE_RESIDENT_RERUNS, convolution_curves, grouped
 from .elementwise import elementwise_curves
 from .gathers import gather_curve
 from .host import host_seconds, per_fresh_page
+from .phases import PHASES, derived, median_spec
 from .products import (CPU_MOST_FLOPS, CPU_ROWS, CPU_WIDTHS, GPU_ROWS, GPU_WIDTHS, aspect_grid, batched_curve, decode_grid, is_emulated, last_level_cache_bytes,
                        product_grid)
 from .reductions import reduction_curves
@@ -75,35 +77,30 @@ def _each_dtype(seconds: float, dtypes: Sequence[torch.dtype], measure: Callable
     return {dtype_key(dtype): measure(dtype, Budget(family.left() / (len(dtypes) - index))) for index, dtype in enumerate(dtypes)}
 
 
-def monotone_shares(grid: ProductGrid) -> tuple[tuple[float, float], ...]:
-    """The grid's rates as shares of its best by FLOPs, one point per size, made non-decreasing (a
-    larger product reaching less than a smaller one is the machine's noise, not a property to
-    predict): the compute curve of the ops the grid does not price."""
-    rates = sorted((2.0 * rows * weight, rate) for rows, line in zip(grid.rows, grid.rates) for weight, rate in zip(grid.weights, line))
-    best = max(rate for _, rate in rates)
-    points: list[tuple[float, float]] = []
-    for flops, rate in rates:
-        share = max(rate / best, points[-1][1] if points else 0.0)
-        if points and points[-1][0] == flops:
-            points[-1] = (flops, max(points[-1][1], share))
-        else:
-            points.append((flops, share))
-    return tuple(points)
-
-
 def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = None, budget_s: Optional[float] = None,
-              name: Optional[str] = None) -> DeviceSpec:
+              name: Optional[str] = None, phases: int = PHASES) -> DeviceSpec:
     """A spec of ``device`` as measured here within ``budget_s`` seconds (default:
     :data:`~.budget.DEFAULT_BUDGET_S`, or the environment's :data:`~.budget.BUDGET_VARIABLE`):
     ``dtypes``' products (float32 and bfloat16; on a GPU also float16 and TF32), and every other
-    family in each of them (an emulated dtype's large sizes are not afforded). Its efficiencies
-    are 1: its rates are what ran."""
+    family in each of them (an emulated dtype's large sizes are not afforded), in ``phases`` phases
+    of an equal share of the budget, each number the median of the phases' (:mod:`.phases`). Its
+    efficiencies are 1: its rates are what ran."""
+    if phases < 1:
+        raise ValueError(f"phases must be at least 1, got {phases}")
     budget_s = budget_seconds(budget_s)
     target = torch.device(device)
-    gpu = target.type == "cuda"
-    dtypes = list(dtypes or (CALIBRATED_DTYPES if gpu else (torch.float32, torch.bfloat16)))
-    started = time.perf_counter()
+    dtypes = list(dtypes or (CALIBRATED_DTYPES if target.type == "cuda" else (torch.float32, torch.bfloat16)))
+    label = name or (torch.cuda.get_device_name(target) if target.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)")
     steady_allocator()
+    spec = median_spec([_phase(target, dtypes, budget_s / phases, label) for _ in range(phases)])
+    return dataclasses.replace(spec, source=f"measured by jitflops calibrate on {label}, torch {torch.__version__}, in a {budget_s:.0f} s budget"
+                                            + (f", the median of {phases} phases" if phases > 1 else ""))
+
+
+def _phase(target: torch.device, dtypes: list[torch.dtype], budget_s: float, label: str) -> DeviceSpec:
+    """One phase of :func:`calibrate`: every family measured once within ``budget_s``."""
+    gpu = target.type == "cuda"
+    started = time.perf_counter()
     host = host_seconds(target)
     bandwidth = memory_bandwidth(str(target), 1024 if gpu else 256)
     # the families share what the host's and the bandwidth's timings left (2-4 s: DTensor's and
@@ -153,20 +150,12 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
     if "page" in host and (again := per_fresh_page(target)):  # timed again 20-30 s later: the least of both, a stretch of slow faults falls on one at most
         host = {**host, "page": min(host["page"], again["page"])}
 
-    label = name or (torch.cuda.get_device_name(target) if gpu else f"cpu ({torch.get_num_threads()} threads)")
-    curves = {key: monotone_shares(grid) for key, grid in grids.items()}
-    first = dtype_key(dtypes[0])
     return DeviceSpec(
         name=label,
-        peak_flops={key: max(max(line) for line in grid.rates) for key, grid in grids.items()},
         memory_bandwidth=bandwidth,
         memory_bytes=torch.cuda.get_device_properties(target).total_memory if gpu else None,
         compute_efficiency=1.0,
-        compute_curve=curves.get(first, ()),
-        dtype_curves=curves,
         memory_efficiency=1.0,
-        launch_s=host["op"],
-        source=f"measured by jitflops calibrate on {label}, torch {torch.__version__}, in a {budget_s:.0f} s budget",
         products=grids,
         kernel_curves=kernels,
         host_s=host,
@@ -180,7 +169,8 @@ def calibrate(device: str = "cpu", dtypes: Optional[Sequence[torch.dtype]] = Non
         product_aspects=aspects,
         grouped_convolutions=grouped,
         three_by_three_convolutions=three_by_three,
+        **derived(grids, host),
     )
 
 
-__all__ = ["CALIBRATED_DTYPES", "DEFAULT_BUDGET_S", "budget_seconds", "calibrate"]
+__all__ = ["CALIBRATED_DTYPES", "DEFAULT_BUDGET_S", "PHASES", "budget_seconds", "calibrate"]

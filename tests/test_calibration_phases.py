@@ -1,0 +1,61 @@
+"""``jitflops calibrate`` in phases: each number the median of its phases', so that a slow stretch of
+a shared machine, which covers a family's whole timing, moves none of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from jitflops.cli import main
+from jitflops.estimates.devices import DeviceSpec
+from jitflops.estimates.measured_curves import ProductGrid
+from jitflops.timing import calibration
+from jitflops.timing.calibration.phases import median_spec
+
+
+def _phase(rate: float, op_s: float, softmax: tuple[tuple[float, float], ...], emulated: tuple[str, ...] = ()) -> DeviceSpec:
+    grid = ProductGrid((1, 8), (1024, 4096), ((rate / 8, rate / 4), (rate / 2, rate)))
+    return DeviceSpec(name="cpu (2 threads)", peak_flops={"float32": rate}, memory_bandwidth=4e10, compute_efficiency=1.0, memory_efficiency=1.0,
+                      products={"float32": grid}, kernel_curves={"softmax": softmax}, host_s={"op": op_s, "module": 1e-6}, launch_s=op_s,
+                      emulated=emulated)
+
+
+def test_each_number_is_the_median_of_the_phases_that_measured_it():
+    """A phase in a slow stretch (products at half their rate, a tiny op at twice its host time) is
+    left out; a point one phase alone reached (its share timed one size more) is kept; the peak, the
+    compute curve and the launch cost are read again from the medians."""
+    softmax = ((1024.0, 2e-6), (65536.0, 3e-5))
+    phases = [_phase(1.4e11, 2.0e-6, softmax), _phase(0.7e11, 4.0e-6, ((1024.0, 4e-6), (65536.0, 6e-5))),
+              _phase(1.5e11, 1.8e-6, (*softmax, (4194304.0, 2e-3)), emulated=("bfloat16",))]
+    spec = median_spec(phases)
+    assert spec.products["float32"].rates[1] == (1.4e11 / 2, 1.4e11)
+    assert spec.peak_flops == {"float32": 1.4e11}
+    assert spec.compute_curve == spec.dtype_curves["float32"] and spec.compute_curve[-1] == (2.0 * 8 * 4096, 1.0)
+    assert spec.host_s == {"op": 2.0e-6, "module": 1e-6} and spec.launch_s == 2.0e-6
+    assert spec.kernel_curves["softmax"] == ((1024.0, 2e-6), (65536.0, 3e-5), (4194304.0, 2e-3))
+    assert spec.emulated == ()  # two phases of three found bfloat16 at speed
+    assert median_spec(phases[:1]) is phases[0]
+
+
+def test_a_slow_stretch_over_one_phase_leaves_the_calibrated_host_time(monkeypatch):
+    """The host's time per call is timed in each phase, and the first phase's, five times the
+    others' (a stretch of a shared machine: 1.7 to 3.6 us a tiny op in seven calibrations on a
+    2-core EPYC VM), is not the spec's; the curves net of it are the other phases' too."""
+    calls: list[float] = []
+
+    def host_seconds(device):
+        calls.append(1.0e-5 if not calls else 2.0e-6)
+        return {"op": calls[-1], "view": 1e-6, "scalar": 3e-7, "module": 1e-6, "bytecode": 4e-8}
+    monkeypatch.setattr(calibration, "host_seconds", host_seconds)
+    monkeypatch.setattr(calibration, "per_fresh_page", lambda device: {})
+    spec = calibration.calibrate("cpu", budget_s=1.5)
+    assert len(calls) == calibration.PHASES == 3
+    assert spec.host_s["op"] == spec.launch_s == 2.0e-6
+    assert spec.source.endswith("in a 2 s budget, the median of 3 phases")
+    calls.clear()
+    assert calibration.calibrate("cpu", budget_s=0.5, phases=1).host_s["op"] == 1.0e-5 and len(calls) == 1
+
+
+def test_the_command_line_takes_a_number_of_phases(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["calibrate", "--phases", "0"])
+    assert exited.value.code == 2 and "--phases needs at least 1 phase, got 0" in capsys.readouterr().err
