@@ -3,6 +3,8 @@ a shared machine, which covers a family's whole timing, moves none of them."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from jitflops.cli import main
@@ -37,22 +39,31 @@ def test_each_number_is_the_median_of_the_phases_that_measured_it():
 
 
 def test_a_slow_stretch_over_one_phase_leaves_the_calibrated_host_time(monkeypatch):
-    """The host's time per call is timed in each phase, and the first phase's, five times the
-    others' (a stretch of a shared machine: 1.7 to 3.6 us a tiny op in seven calibrations on a
-    2-core EPYC VM), is not the spec's; the curves net of it are the other phases' too."""
+    """The host's time per call and the bandwidth are timed in each phase, and the first phase's, five
+    times the others' and a tenth of them (a stretch of a shared machine: 1.7 to 3.6 us a tiny op
+    in seven calibrations on a 2-core EPYC VM), are not the spec's: the bandwidth is read afresh, not
+    the process's first reading (which profiles keep); the curves net of the host's time are the
+    other phases' too."""
     calls: list[float] = []
 
     def host_seconds(device):
         calls.append(1.0e-5 if not calls else 2.0e-6)
         return {"op": calls[-1], "view": 1e-6, "scalar": 3e-7, "module": 1e-6, "bytecode": 4e-8}
+
+    def bandwidths():
+        readings = iter((4e9, 4e10, 4.2e10))
+        return functools.lru_cache(maxsize=None)(lambda device, megabytes: next(readings))
     monkeypatch.setattr(calibration, "host_seconds", host_seconds)
     monkeypatch.setattr(calibration, "per_fresh_page", lambda device: {})
+    monkeypatch.setattr(calibration, "memory_bandwidth", bandwidths())
     spec = calibration.calibrate("cpu", budget_s=1.5)
     assert len(calls) == calibration.PHASES == 3
-    assert spec.host_s["op"] == spec.launch_s == 2.0e-6
+    assert spec.host_s["op"] == spec.launch_s == 2.0e-6 and spec.memory_bandwidth == 4e10
     assert spec.source.endswith("in a 2 s budget, the median of 3 phases")
     calls.clear()
-    assert calibration.calibrate("cpu", budget_s=0.5, phases=1).host_s["op"] == 1.0e-5 and len(calls) == 1
+    monkeypatch.setattr(calibration, "memory_bandwidth", bandwidths())
+    one = calibration.calibrate("cpu", budget_s=0.5, phases=1)
+    assert one.host_s["op"] == 1.0e-5 and one.memory_bandwidth == 4e9 and len(calls) == 1
 
 
 def test_the_command_line_takes_a_number_of_phases(capsys):

@@ -50,6 +50,7 @@ def run(names: list[str], rounds: int, repeats: int) -> dict[str, Any]:
             settle()
         after = forwards(models, repeats // 2 + 1)[1]
         row: dict[str, Any] = {way: {} for way in WAYS}
+        row["devices"] = {way: json.loads(spec.to_json()) for way, spec in specs.items()}
         for name, (model, args, kwargs) in models.items():
             measured = statistics.median(before[name] + after[name])
             recording = PredictedTimeAnalysis(model, args, kwargs, device=specs["one phase"]).unsupported_ops_warnings(False).uncalled_modules_warnings(False)

@@ -17,6 +17,10 @@ environment's ``JITFLOPS_CALIBRATION_BUDGET_S`` set another), it measures:
 - elementwise ops by kind (:mod:`.elementwise`), norms, softmax and reductions (:mod:`.reductions`)
   and gathers (:mod:`.gathers`), by elements.
 
+Everything is measured in :data:`~.phases.PHASES` phases, each a whole calibration in its share of
+the budget, and each number is the median of its phases' (:mod:`.phases`): a slow stretch of a shared
+machine covers a family's whole timing, and falls on one phase of it at most.
+
 Each family writes its curve into the spec (:class:`~jitflops.estimates.devices.DeviceSpec`'s
 ``products``, ``kernel_curves`` and ``host_s``), which :mod:`jitflops.estimates.costs` reads; the
 spec's peaks and compute curves are the products' best rates and their shares, for the roofline of
@@ -102,7 +106,7 @@ def _phase(target: torch.device, dtypes: list[torch.dtype], budget_s: float, lab
     gpu = target.type == "cuda"
     started = time.perf_counter()
     host = host_seconds(target)
-    bandwidth = memory_bandwidth(str(target), 1024 if gpu else 256)
+    bandwidth = memory_bandwidth.__wrapped__(str(target), 1024 if gpu else 256)  # timed in each phase, not the process's first reading
     # the families share what the host's and the bandwidth's timings left (2-4 s: DTensor's and
     # FSDP2's imports, an optimizer's first step, FSDP2's hooks among them), and at least half of the budget
     budget = Budget(max(budget_s - (time.perf_counter() - started), budget_s / 2))
