@@ -606,7 +606,8 @@ def calibrate_main(argv: Sequence[str]) -> int:
     parser.add_argument("--output", help="write the spec here (JSON); default: print it")
     parser.add_argument("--budget", type=float, metavar="SECONDS", help="the calibration's time (default: 40, or the environment's JITFLOPS_CALIBRATION_BUDGET_S)")
     parser.add_argument("--phases", type=int, default=PHASES, metavar="N",
-                        help=f"measure everything N times, each in 1/N of the budget, and keep each number's median: a slow stretch of a shared machine falls on one phase (default: {PHASES})")
+                        help=f"measure everything N times, each in 1/N of the budget, and keep each number's median: a slow stretch of a shared machine falls on one phase, "
+                             f"but a phase's share may time fewer sizes (default: {PHASES})")
     parser.add_argument("--collectives", type=int, metavar="RANKS", help="instead, measure the collectives of RANKS gloo processes on this machine's loopback "
                         "(all-reduce, all-gather, reduce-scatter, 64 KiB to 16 MiB) as an interconnect for 'jitflops plan --interconnect FILE'")
     args = parser.parse_args(argv)

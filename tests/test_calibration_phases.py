@@ -56,14 +56,14 @@ def test_a_slow_stretch_over_one_phase_leaves_the_calibrated_host_time(monkeypat
     monkeypatch.setattr(calibration, "host_seconds", host_seconds)
     monkeypatch.setattr(calibration, "per_fresh_page", lambda device: {})
     monkeypatch.setattr(calibration, "memory_bandwidth", bandwidths())
-    spec = calibration.calibrate("cpu", budget_s=1.5)
-    assert len(calls) == calibration.PHASES == 3
+    spec = calibration.calibrate("cpu", budget_s=1.5, phases=3)
+    assert len(calls) == 3
     assert spec.host_s["op"] == spec.launch_s == 2.0e-6 and spec.memory_bandwidth == 4e10
     assert spec.source.endswith("in a 2 s budget, the median of 3 phases")
     calls.clear()
     monkeypatch.setattr(calibration, "memory_bandwidth", bandwidths())
-    one = calibration.calibrate("cpu", budget_s=0.5, phases=1)
-    assert one.host_s["op"] == 1.0e-5 and one.memory_bandwidth == 4e9 and len(calls) == 1
+    one = calibration.calibrate("cpu", budget_s=0.5)  # one phase by default: its one reading of each
+    assert calibration.PHASES == 1 and one.host_s["op"] == 1.0e-5 and one.memory_bandwidth == 4e9 and len(calls) == 1 and one.source.endswith("in a 0 s budget")
 
 
 def test_the_command_line_takes_a_number_of_phases(capsys):

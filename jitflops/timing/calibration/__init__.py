@@ -17,9 +17,9 @@ environment's ``JITFLOPS_CALIBRATION_BUDGET_S`` set another), it measures:
 - elementwise ops by kind (:mod:`.elementwise`), norms, softmax and reductions (:mod:`.reductions`)
   and gathers (:mod:`.gathers`), by elements.
 
-Everything is measured in :data:`~.phases.PHASES` phases, each a whole calibration in its share of
-the budget, and each number is the median of its phases' (:mod:`.phases`): a slow stretch of a shared
-machine covers a family's whole timing, and falls on one phase of it at most.
+With ``phases`` above one (``--phases N``), everything is measured N times, each a whole calibration
+in its share of the budget, and each number is the median of its phases' (:mod:`.phases`): a slow
+stretch of a shared machine covers a family's whole timing, and falls on one phase of it at most.
 
 Each family writes its curve into the spec (:class:`~jitflops.estimates.devices.DeviceSpec`'s
 ``products``, ``kernel_curves`` and ``host_s``), which :mod:`jitflops.estimates.costs` reads; the

@@ -1,11 +1,16 @@
-"""A calibration in phases: every number the median of the phases' measurements, each phase a whole
-calibration in its share of the budget, one after the other.
+"""A calibration in phases (``jitflops calibrate --phases N``): every number the median of the
+phases' measurements, each phase a whole calibration in its share of the budget, one after the other.
 
 A shared machine runs slow in stretches of seconds, and a stretch covers a whole family's timing (its
 passes over its sizes are interleaved, a few seconds in all): on a 2-core EPYC VM, seven calibrations
 of 40 s within 20 minutes (2026-12-07) put the float32 products' best rate at 84 to 165 GFLOP/s and
 a tiny op's host time at 1.7 to 3.6 us, and predicted BERT-base's forward at 185 to 385 ms. Timed in
-three phases, a stretch slows one phase of a family at most, and the median leaves it out.
+three phases, a stretch slows one phase of a family, and the median leaves it out: paired over 5
+rounds, the worst model-round went from +67% to -34%. But each phase has a third of the budget, and
+on a slow machine a phase's product grid stops short of its large cells, which take the rate of the
+largest it timed: in one run, two rounds' three-phase specs had timed no product above 128 rows by
+a 256 x 256 weight and priced BERT-sized models 20% to 63% over their time. One phase stays the
+default (:data:`PHASES`) until a merge takes a cell only from the phases that timed it.
 
 The spec's figures that follow from its grids (the peaks, the compute curves) and from its host
 times (the launch cost) are read again from the medians (:func:`derived`).
@@ -22,8 +27,8 @@ from typing import Any, TypeVar
 from ...estimates.devices import GRIDS, DeviceSpec
 from ...estimates.measured_curves import Curve, ProductGrid
 
-PHASES = 3
-"""Phases of a calibration, each a third of its budget."""
+PHASES = 1
+"""Phases of a calibration by default: one, the whole budget (three: each a third of it)."""
 
 Keyed = TypeVar("Keyed")
 
