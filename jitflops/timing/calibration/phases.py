@@ -8,8 +8,8 @@ a tiny op's host time at 1.7 to 3.6 us, and predicted BERT-base's forward at 185
 three phases, a stretch slows one phase of a family, and the median leaves it out: paired over 5
 rounds, the worst model-round went from +67% to -34%. But each phase has a third of the budget, and
 on a slow machine a phase's product grid stops short of its large cells, which take the rate of the
-largest it timed: in one run, two rounds' three-phase specs had timed no product above 128 rows by
-a 256 x 256 weight and priced BERT-sized models 20% to 63% over their time. One phase stays the
+largest it timed: in one run, a round's three-phase spec had timed no product past 128 rows by a
+512 x 512 weight, and two rounds priced BERT-sized models 20% to 63% over their time. One phase stays the
 default (:data:`PHASES`) until a merge takes a cell only from the phases that timed it.
 
 The spec's figures that follow from its grids (the peaks, the compute curves) and from its host
