@@ -4,6 +4,8 @@ a shared machine, which covers a family's whole timing, moves none of them."""
 from __future__ import annotations
 
 import functools
+import json
+from typing import Optional
 
 import pytest
 
@@ -12,10 +14,12 @@ from jitflops.estimates.devices import DeviceSpec
 from jitflops.estimates.measured_curves import ProductGrid
 from jitflops.timing import calibration
 from jitflops.timing.calibration.phases import median_spec
+from jitflops.timing.calibration.products import measured_grid
 
 
-def _phase(rate: float, op_s: float, softmax: tuple[tuple[float, float], ...], emulated: tuple[str, ...] = ()) -> DeviceSpec:
-    grid = ProductGrid((1, 8), (1024, 4096), ((rate / 8, rate / 4), (rate / 2, rate)))
+def _phase(rate: float, op_s: float, softmax: tuple[tuple[float, float], ...], emulated: tuple[str, ...] = (),
+           grid: Optional[ProductGrid] = None) -> DeviceSpec:
+    grid = grid or ProductGrid((1, 8), (1024, 4096), ((rate / 8, rate / 4), (rate / 2, rate)))
     return DeviceSpec(name="cpu (2 threads)", peak_flops={"float32": rate}, memory_bandwidth=4e10, compute_efficiency=1.0, memory_efficiency=1.0,
                       products={"float32": grid}, kernel_curves={"softmax": softmax}, host_s={"op": op_s, "module": 1e-6}, launch_s=op_s,
                       emulated=emulated)
@@ -36,6 +40,28 @@ def test_each_number_is_the_median_of_the_phases_that_measured_it():
     assert spec.kernel_curves["softmax"] == ((1024.0, 2e-6), (65536.0, 3e-5), (4194304.0, 2e-3))
     assert spec.emulated == ()  # two phases of three found bfloat16 at speed
     assert median_spec(phases[:1]) is phases[0]
+
+
+def test_a_grid_cell_is_the_median_of_the_phases_that_timed_it():
+    """Two phases of three whose share stopped short of the grid's large products (filled in with the
+    rate of the largest they timed, 8 and 9 GFLOP/s) do not make a large cell's rate theirs: it is the
+    rate of the phase that timed it (40 GFLOP/s, not the old median's 9); a cell no phase timed is
+    filled in from the medians, and the spec file says which rates were timed. Run U (2026-12-07):
+    a three-phase spec whose every product past 128 rows by 512 x 512 had one rate priced two
+    rounds' BERT-sized models 20% to 63% over their time."""
+    short = {(1, 1024): 1e9, (1, 4096): 2e9, (8, 1024): 8e9}
+    whole = {(1, 1024): 1.2e9, (1, 4096): 2.4e9, (1, 16384): 3e9, (8, 1024): 1e10, (8, 4096): 4e10, (8, 16384): 6e10}
+    grids = [measured_grid((1, 8), (1024, 4096, 16384), timed) for timed in (short, {**short, (8, 1024): 9e9}, whole)]
+    assert grids[0].rates == ((1e9, 2e9, 2e9), (8e9, 8e9, 8e9)) and grids[0].timed == ((True, True, False), (True, False, False))
+    phases = [_phase(grid.rates[1][-1], 2e-6, ((1024.0, 2e-6),), grid=grid) for grid in grids]
+    merged = median_spec(phases).products["float32"]
+    assert merged.rates == ((1e9, 2e9, 3e9), (9e9, 4e10, 6e10)) and merged.timed == ((True,) * 3, (True,) * 3)
+    assert median_spec(phases).peak_flops == {"float32": 6e10}
+    both_short = median_spec(phases[:2])
+    assert both_short.products["float32"].rates == ((1e9, 2e9, 2e9), (8.5e9, 8.5e9, 8.5e9))
+    assert both_short.products["float32"].timed == ((True, True, False), (True, False, False))
+    assert DeviceSpec.from_mapping(json.loads(both_short.to_json())) == both_short
+    assert json.loads(both_short.to_json())["products"]["float32"]["timed"] == [[True, True, False], [True, False, False]]
 
 
 def test_a_slow_stretch_over_one_phase_leaves_the_calibrated_host_time(monkeypatch):

@@ -276,7 +276,7 @@ class DeviceSpec:
             raise DeviceSpecError(f"a share of the cores' time must be in (0, 1], got {share!r}")
 
         def grids(named: Mapping[str, ProductGrid]) -> dict[str, ProductGrid]:
-            return {key: ProductGrid(grid.rows, grid.weights, tuple(tuple(rate * share for rate in line) for line in grid.rates)) for key, grid in named.items()}
+            return {key: dataclasses.replace(grid, rates=tuple(tuple(rate * share for rate in line) for line in grid.rates)) for key, grid in named.items()}
         return dataclasses.replace(
             self, name=f"{self.name} at {share:g} of its cores' time", peak_flops={key: value * share for key, value in self.peak_flops.items()},
             memory_bandwidth=self.memory_bandwidth * share, launch_s=self.launch_s / share, host_s={kind: value / share for kind, value in self.host_s.items()},

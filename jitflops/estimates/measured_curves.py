@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 Curve = tuple[tuple[float, float], ...]
 
@@ -47,15 +47,21 @@ def _between(values: Sequence[float], value: float) -> tuple[int, int, float]:
 @dataclass(frozen=True)
 class ProductGrid:
     """Measured FLOP/s of products: ``rates[i][j]`` of ``rows[i]`` rows by a weight of
-    ``weights[j]`` elements (``jitflops calibrate``: :mod:`jitflops.timing.calibration.products`)."""
+    ``weights[j]`` elements (``jitflops calibrate``: :mod:`jitflops.timing.calibration.products`).
+    ``timed[i][j]`` says whether that rate was timed or filled in from its neighbours' (a product
+    over the calibration's budget: :func:`~jitflops.timing.calibration.products.filled_rates`);
+    None where every rate was timed, or the spec does not say."""
 
     rows: tuple[int, ...]
     weights: tuple[int, ...]
     rates: tuple[tuple[float, ...], ...]
+    timed: Optional[tuple[tuple[bool, ...], ...]] = None
 
     def __post_init__(self) -> None:
         if len(self.rates) != len(self.rows) or any(len(row) != len(self.weights) for row in self.rates):
             raise ValueError(f"a product grid needs {len(self.rows)} rows of {len(self.weights)} rates")
+        if self.timed is not None and (len(self.timed) != len(self.rows) or any(len(row) != len(self.weights) for row in self.timed)):
+            raise ValueError(f"a product grid's timed cells need {len(self.rows)} rows of {len(self.weights)}")
         if any(not (rate > 0) for row in self.rates for rate in row):
             raise ValueError("a product grid's rates must be positive FLOP/s")
 
@@ -70,4 +76,10 @@ class ProductGrid:
 
     @classmethod
     def from_mapping(cls, document: Mapping[str, Any]) -> "ProductGrid":
-        return cls(tuple(document["rows"]), tuple(document["weights"]), tuple(tuple(row) for row in document["rates"]))
+        timed = document.get("timed")
+        return cls(tuple(document["rows"]), tuple(document["weights"]), tuple(tuple(row) for row in document["rates"]),
+                   None if timed is None else tuple(tuple(bool(cell) for cell in row) for row in timed))
+
+    def was_timed(self, row: int, column: int) -> bool:
+        """Whether ``rates[row][column]`` was timed (not filled in from its neighbours')."""
+        return self.timed is None or self.timed[row][column]

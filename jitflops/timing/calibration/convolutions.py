@@ -28,7 +28,7 @@ from ...core.records import TensorMeta
 from ...estimates.costs.convolution import runs_natively
 from ...estimates.measured_curves import ProductGrid
 from .budget import Budget, CallTimer, Maker, OnActivations, interleaved_medians, measured_curve
-from .products import filled_rates
+from .products import measured_grid
 
 DENSE = ((16, 16, 28, 3, 1), (3, 32, 224, 3, 2), (32, 32, 56, 3, 1), (3, 64, 224, 7, 2), (64, 64, 56, 3, 1), (256, 256, 14, 3, 1),
          (128, 128, 56, 3, 1), (256, 256, 28, 3, 1))
@@ -147,7 +147,7 @@ def _image_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, sizes: Seq
     medians = interleaved_medians(timer, budget, [(flops, _convolution(timer.device, dtype, inputs, expansion * inputs, size, kernel, 1, 1, convolve)[1])
                                                   for flops, size, inputs in cells])
     timed = {(size, inputs): flops / seconds for (flops, size, inputs), seconds in zip(cells, medians) if seconds is not None}
-    return ProductGrid(tuple(size * size for size in sizes), tuple(weight(inputs) for inputs in channels), filled_rates(sizes, channels, timed))
+    return measured_grid([size * size for size in sizes], [weight(inputs) for inputs in channels], timed, (sizes, channels))
 
 
 def pointwise_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> ProductGrid:
@@ -197,4 +197,4 @@ def grouped_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget) -> Produc
     cells.sort(key=lambda cell: cell[0])
     medians = interleaved_medians(timer, budget, [(work, make) for work, _, _, make in cells])
     timed = {(width, flops): work / seconds for (work, width, flops, _), seconds in zip(cells, medians) if seconds is not None}
-    return ProductGrid(tuple(9 * width for width in GROUP_WIDTHS), GROUPED_FLOPS, filled_rates(GROUP_WIDTHS, GROUPED_FLOPS, timed))
+    return measured_grid([9 * width for width in GROUP_WIDTHS], GROUPED_FLOPS, timed, (GROUP_WIDTHS, GROUPED_FLOPS))

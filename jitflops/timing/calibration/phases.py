@@ -8,9 +8,11 @@ a tiny op's host time at 1.7 to 3.6 us, and predicted BERT-base's forward at 185
 three phases, a stretch slows one phase of a family, and the median leaves it out: paired over 5
 rounds, the worst model-round went from +67% to -34%. But each phase has a third of the budget, and
 on a slow machine a phase's product grid stops short of its large cells, which take the rate of the
-largest it timed: in one run, a round's three-phase spec had timed no product past 128 rows by a
-512 x 512 weight, and two rounds priced BERT-sized models 20% to 63% over their time. One phase stays the
-default (:data:`PHASES`) until a merge takes a cell only from the phases that timed it.
+largest it timed: in one run (2026-12-07), a round's three-phase spec had no product past 128 rows by a
+512 x 512 weight at another rate, and two rounds priced BERT-sized models 20% to 63% over their time.
+So a grid's cell is the median of the phases that timed it (:class:`ProductGrid`'s ``timed``), and a
+cell none timed is filled in from the medians. One phase stays the default (:data:`PHASES`): with three,
+run U put the zoo's forwards 6% to 16% under their time (``docs/benchmarks.md``).
 
 The spec's figures that follow from its grids (the peaks, the compute curves) and from its host
 times (the launch cost) are read again from the medians (:func:`derived`).
@@ -26,6 +28,7 @@ from typing import Any, TypeVar
 
 from ...estimates.devices import GRIDS, DeviceSpec
 from ...estimates.measured_curves import Curve, ProductGrid
+from .products import measured_grid
 
 PHASES = 1
 """Phases of a calibration by default: one, the whole budget (three: each a third of it)."""
@@ -59,12 +62,17 @@ def derived(products: Mapping[str, ProductGrid], host_s: Mapping[str, float]) ->
 
 
 def _median_grid(grids: Sequence[ProductGrid]) -> ProductGrid:
-    """Each cell's median rate, over the grids of the most common shape (an emulated dtype's grid,
-    where one phase alone found it emulated, has fewer rows)."""
-    shape, _ = collections.Counter((grid.rows, grid.weights) for grid in grids).most_common(1)[0]
-    alike = [grid for grid in grids if (grid.rows, grid.weights) == shape]
-    rates = tuple(tuple(statistics.median(cells) for cells in zip(*lines)) for lines in zip(*(grid.rates for grid in alike)))
-    return ProductGrid(shape[0], shape[1], rates)
+    """Each cell's median rate over the grids that timed it, of the most common shape (an emulated
+    dtype's grid, where one phase alone found it emulated, has fewer rows); a cell none timed is
+    filled in from the medians (:func:`~.products.measured_grid`), not from each phase's fill: a
+    phase whose share stopped short gives its largest cells the rate of a smaller one, and two such
+    phases of three made the median theirs."""
+    (rows, weights), _ = collections.Counter((grid.rows, grid.weights) for grid in grids).most_common(1)[0]
+    alike = [grid for grid in grids if (grid.rows, grid.weights) == (rows, weights)]
+    cells = {(row, column): [grid.rates[row][column] for grid in alike if grid.was_timed(row, column)]
+             for row in range(len(rows)) for column in range(len(weights))}
+    timed = {cell: statistics.median(rates) for cell, rates in cells.items() if rates}
+    return measured_grid(rows, weights, timed, (range(len(rows)), range(len(weights))))
 
 
 def _median_curve(curves: Sequence[Curve]) -> Curve:

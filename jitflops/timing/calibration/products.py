@@ -21,7 +21,7 @@ import itertools
 import math
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Hashable, Mapping, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -114,10 +114,20 @@ def product_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Seq
         return make
     medians = interleaved_medians(timer, budget, [(flops, maker(row, width)) for flops, row, width in cells])
     timed = {(row, width): flops / seconds for (flops, row, width), seconds in zip(cells, medians) if seconds is not None}
-    return ProductGrid(tuple(rows), tuple(width * width for width in widths), filled_rates(rows, widths, timed))
+    return measured_grid(rows, [width * width for width in widths], timed, (rows, widths))
 
 
-def filled_rates(rows: Sequence[int], columns: Sequence[int], timed: dict[tuple[int, int], float]) -> tuple[tuple[float, ...], ...]:
+def measured_grid(rows: Sequence[int], weights: Sequence[int], timed: Mapping[tuple[Hashable, Hashable], float],
+                  keys: Optional[tuple[Sequence[Hashable], Sequence[Hashable]]] = None) -> ProductGrid:
+    """The grid of ``rows`` by ``weights`` whose ``timed`` cells (keyed by ``keys``' row and
+    column, by default the grid's own) have their rates and the rest the rates :func:`filled_rates`
+    gives them, with which were timed."""
+    row_keys, column_keys = keys or (rows, weights)
+    return ProductGrid(tuple(rows), tuple(weights), filled_rates(row_keys, column_keys, timed),
+                       tuple(tuple((row, column) in timed for column in column_keys) for row in row_keys))
+
+
+def filled_rates(rows: Sequence[Hashable], columns: Sequence[Hashable], timed: Mapping[tuple[Hashable, Hashable], float]) -> tuple[tuple[float, ...], ...]:
     """A grid's rates from the ``timed`` (row, column) cells (at least one): a cell not timed takes
     the rate of the largest timed one of its row, or of the row below; a row below every timed one
     (a budget that timed only the smallest work, in another row) the row above's; a column before
@@ -164,7 +174,7 @@ def aspect_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, rows: Sequ
         return make
     medians = interleaved_medians(timer, budget, [(flops, maker(row, inner)) for flops, row, inner in cells])
     timed = {(row, inner): flops / seconds for (flops, row, inner), seconds in zip(cells, medians) if seconds is not None}
-    return ProductGrid(tuple(rows), inners, filled_rates(rows, inners, timed))
+    return measured_grid(rows, inners, timed)
 
 
 DECODE_ROWS = (1, 4, 16)
@@ -238,7 +248,7 @@ def decode_grid(budget: Budget, widths: Sequence[int], cache_bytes: int) -> Opti
         return make
     medians = interleaved_medians(_TimesItself(), budget, [(flops, maker(row, width)) for flops, row, width in cells])
     timed = {(row, width): flops / seconds for (flops, row, width), seconds in zip(cells, medians) if seconds is not None}
-    return ProductGrid(DECODE_ROWS, tuple(width * width for width in fitting), filled_rates(DECODE_ROWS, fitting, timed))
+    return measured_grid(DECODE_ROWS, [width * width for width in fitting], timed, (DECODE_ROWS, fitting))
 
 
 BATCHED_SIZES = ((4, 16), (4, 32), (12, 16), (12, 32), *((batch, length) for batch in (12, 48) for length in (64, 128, 256, 512, 1024)))
