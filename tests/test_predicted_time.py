@@ -128,7 +128,8 @@ def test_a_linear_layer_costs_its_product_at_the_grids_rate_and_its_bias_copy():
 def test_a_products_rate_follows_its_weights_shape_where_the_spec_has_its_aspects():
     """A weight of 1e4 elements read at its rows on the grid (1e11 FLOP/s at 1,000 rows), times the
     aspects' rate at its K over N against the square one's: 50 x 200 (K/N = 1/4) is read at K = 50 of
-    the 100 x 100 aspects, 200 x 50 at K = 200."""
+    the 100 x 100 aspects, 200 x 50 at K = 200; a narrowing one timed below the square one (a slow
+    stretch over its cell) at the square one's rate."""
     aspects = ProductGrid((1, 1000), (50, 100, 200), ((1.0, 1.0, 1.0), (0.8, 1.0, 1.25)))
     spec = _spec(product_aspects={"float32": aspects})
     x, out = _meta(1000, 50), _meta(1000, 200)
@@ -143,6 +144,8 @@ def test_a_products_rate_follows_its_weights_shape_where_the_spec_has_its_aspect
     narrowing_only = _spec(product_aspects={"float32": ProductGrid((1, 1000), (100, 200), ((1.0, 1.0), (1.0, 1.25)))})  # a CPU's: no widening K
     assert kernel_seconds(widening, narrowing_only, flops, 1.0) == pytest.approx(flops / 1e11)  # at the square one's rate
     assert kernel_seconds(narrowing, narrowing_only, flops, 1.0) == pytest.approx(flops / (1e11 * 1.25))
+    slow_cell = _spec(product_aspects={"float32": ProductGrid((1, 1000), (100, 200), ((1.0, 1.0), (1.0, 0.6)))})  # a slow stretch over one narrowing cell
+    assert kernel_seconds(narrowing, slow_cell, flops, 1.0) == pytest.approx(flops / 1e11)  # no slower than the square one
 
 
 def test_each_family_reads_its_own_curve_by_its_own_work():

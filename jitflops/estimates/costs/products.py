@@ -29,12 +29,20 @@ def product_seconds(spec: DeviceSpec, dtype: str, rows: float, weight: float, fl
 def aspect_factor(spec: DeviceSpec, dtype: str, rows: float, weight: float, inner: Optional[float]) -> float:
     """A weight of K = ``inner`` by N = ``weight`` / K: its product's rate against a square weight's
     of its size, read from the spec's aspects (1: none, or no K) at the same K over N; one that
-    widens more than the aspects' narrowest K (a CPU's: the square one) at that K's rate."""
+    widens more than the aspects' narrowest K (a CPU's: the square one) at that K's rate; one that
+    narrows (K over N) at no less than the square one's.
+
+    A narrowing weight ran 1.0 to 1.25 times the square one's rate by rows in every quiet
+    calibration of the 2-core EPYCs, and faster still in a model (ConvNeXt-T's 1,536 x 384 over
+    196 rows at 180-190 GFLOP/s, 2026-12-08). A reading below it is a slow stretch over a cell timed
+    once or twice (the aspects get 3% of the budget): 0.71, then 0.55 and 0.61 times, in two
+    calibrations, which priced ConvNeXt-T's narrowing layers at up to 2.2 times their time."""
     aspects = spec.product_aspects.get(dtype) or spec.product_aspects.get("float32")
     if aspects is None or not inner:
         return 1.0
     square = aspects.weights[-1] / 2  # K = N: half the widest K, twice the width, whether the aspects time half the width or not
-    return aspects.rate(rows, inner * square / math.sqrt(weight)) / aspects.rate(rows, square)
+    factor = aspects.rate(rows, inner * square / math.sqrt(weight)) / aspects.rate(rows, square)
+    return max(factor, 1.0) if inner * inner > weight else factor
 
 
 def _with_bias(spec: DeviceSpec, seconds: Optional[float], bias: object, output_elements: float) -> Optional[float]:
