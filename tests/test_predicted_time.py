@@ -565,6 +565,24 @@ def test_a_grouped_convolution_reads_the_grouped_grid_by_its_reduction_and_flops
         _spec(grouped_convolutions={"fp33": grouped})
 
 
+def test_a_depthwise_convolution_of_5_x_5_taps_or_more_reads_the_curve_of_7_x_7_ones():
+    """A 7 x 7 or 5 x 5 depthwise convolution is priced on the spec's 7 x 7 curve (ConvNeXt's and
+    EfficientNet's: 49 products a tap's output where a 3 x 3 takes 9, for the same reads and
+    writes), a 3 x 3 one on the depthwise curve, and on a spec from before the 7 x 7 curve every
+    depthwise one on the depthwise curve."""
+    spec = _spec(kernel_curves={**_spec().kernel_curves, "wide_depthwise_convolution.float32": ((1000.0, 1e-7), (1e9, 0.1))})  # 0.1 ns a FLOP
+
+    def depthwise(kernel: int) -> EagerOpRecord:
+        return EagerOpRecord("aten::convolution", [_meta(1, 384, 14, 14), _meta(384, 1, kernel, kernel), None, [1, 1], [kernel // 2] * 2, [1, 1], False,
+                                                   [0, 0], 384], [_meta(1, 384, 14, 14)],
+                             ["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"])
+    flops = {kernel: 2.0 * 384 * 14 * 14 * kernel * kernel for kernel in (3, 5, 7)}
+    assert kernel_seconds(depthwise(7), spec, flops[7], 0) == pytest.approx(1e-10 * flops[7])
+    assert kernel_seconds(depthwise(5), spec, flops[5], 0) == pytest.approx(1e-10 * flops[5])
+    assert kernel_seconds(depthwise(3), spec, flops[3], 0) == pytest.approx(1e-9 * flops[3])
+    assert kernel_seconds(depthwise(7), _spec(), flops[7], 0) == pytest.approx(1e-9 * flops[7])
+
+
 def test_a_grouped_grid_whose_budget_timed_only_its_smallest_cell_takes_that_rate_everywhere():
     """A budget spent before the grouped grid starts times its smallest convolution alone (groups of
     8 channels, the grid's second row); every cell then takes that one positive rate. The first row
@@ -826,7 +844,9 @@ def test_calibration_keeps_to_its_budget_where_bfloat16_is_emulated(monkeypatch)
     assert spec.pointwise_products["float32"].weights[-1] == 4 * 1024 * 1024  # as wide as ResNet-50's last stage (2,048 channels), EfficientNet's
     assert set(spec.three_by_three_convolutions) == {"float32"} and spec.three_by_three_convolutions["float32"].rows == (49, 196, 784, 3136, 12544)  # ResNet's stages
     assert set(spec.grouped_convolutions) == {"float32"} and spec.grouped_convolutions["float32"].rows == (36, 72, 144, 576, 1152)  # grouped 3 x 3: 4 to 128 channels a group
-    assert {"copy", "transpose", "arithmetic", "norm", "softmax", "gather", "attention.float32", "decode_attention.float32"} <= set(spec.kernel_curves)
+    assert {"copy", "transpose", "arithmetic", "norm", "softmax", "gather", "attention.float32", "decode_attention.float32", "depthwise_convolution.float32",
+            "wide_depthwise_convolution.float32"} <= set(spec.kernel_curves)
+    assert spec.kernel_curves["wide_depthwise_convolution.float32"][0][0] == 2.0 * 512 * 7 * 7 * 49  # 7 x 7 depthwise: 512 channels over 7 x 7 first
     assert spec.kernel_curves["bmm.float32"][0][0] == 2 * 4 * 16 * 16 * 64  # a small model's attention products (LeViT's): timed, not floored at 6 MFLOPs'
     caches = subprocess.run(["lscpu", "-C=LEVEL,ONE-SIZE", "-B"], capture_output=True, text=True).stdout.split()[2:] if shutil.which("lscpu") else []
     if caches:  # util-linux's reading of the last-level cache (one instance's bytes) is the spec's

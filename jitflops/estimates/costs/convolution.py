@@ -10,7 +10,7 @@ positions take twice as long as 64 over 56 x 56, and ResNet-50's last stage's fi
 the dense curve); a grouped one
 (a few input channels to each filter) from the spec's grid by the reduction of an output and
 FLOPs where it has one; a depthwise one (a filter per channel) and any other have curves of their
-own by FLOPs."""
+own by FLOPs, a depthwise one of 5 x 5 taps or more the curve of 7 x 7 ones where the spec has it."""
 
 from __future__ import annotations
 
@@ -35,6 +35,10 @@ SINGLE_THREAD_MOST_IMAGES = 15
 """The most images of a float32 1 x 1 convolution of stride 1 torch runs with its own kernel, whatever
 their size, where it has one intra-op thread (``ConvParams::use_mkldnn``: "For 1x1 filters, MKLDNN
 is faster than THNN when multi-threaded, but THNN is faster when single-threaded")."""
+
+WIDE_DEPTHWISE_FROM_TAPS = 21
+"""The fewest taps of a depthwise convolution read on the spec's curve of 7 x 7 ones: those nearer
+49 than 9 on a log scale (5 x 5 and up; a 1-D one of 21 taps or more)."""
 
 CONVOLUTION_KINDS = ("aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::mkldnn_convolution")
 
@@ -74,5 +78,6 @@ def convolution_seconds(op: OpRecord, spec: DeviceSpec, flops: float, traffic: f
     if grouped is not None:
         return flops / grouped.rate(math.prod(w.shape[1:]), flops)
     family = "depthwise_convolution" if groups > 1 and w.shape[1] == 1 else "convolution"
-    curve = curve_of(spec, family, dtype)
+    wide = curve_of(spec, "wide_depthwise_convolution", dtype) if family == "depthwise_convolution" and math.prod(w.shape[2:]) >= WIDE_DEPTHWISE_FROM_TAPS else None
+    curve = wide or curve_of(spec, family, dtype)
     return curve_seconds(curve, flops) if curve is not None else None

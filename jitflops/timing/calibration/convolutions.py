@@ -34,8 +34,16 @@ DENSE = ((16, 16, 28, 3, 1), (3, 32, 224, 3, 2), (32, 32, 56, 3, 1), (3, 64, 224
          (128, 128, 56, 3, 1), (256, 256, 28, 3, 1))
 """(in channels, out channels, size, kernel, stride) of dense convolutions from 4 to 900 MFLOPs: a
 MobileNet's stem, ResNet-50's stem and 3 x 3 layers, and larger."""
-DEPTHWISE = ((32, 112, 3, 1), (96, 112, 3, 2), (144, 56, 3, 1), (192, 28, 3, 1), (384, 14, 3, 1), (576, 14, 3, 1), (960, 7, 3, 1), (96, 56, 7, 1))
-"""(channels, size, kernel, stride) of depthwise convolutions: MobileNetV2's, and ConvNeXt's 7 x 7."""
+DEPTHWISE = ((32, 112, 3, 1), (96, 112, 3, 2), (144, 56, 3, 1), (192, 28, 3, 1), (384, 14, 3, 1), (576, 14, 3, 1), (960, 7, 3, 1))
+"""(channels, size, kernel, stride) of 3 x 3 depthwise convolutions: MobileNetV2's."""
+WIDE_DEPTHWISE = ((512, 7, 7, 1), (256, 14, 7, 1), (128, 28, 7, 1), (64, 56, 7, 1), (96, 56, 7, 1))
+"""(channels, size, kernel, stride) of 7 x 7 depthwise convolutions: a CNN's four stages, from 64
+channels over 56 x 56 positions to 512 over 7 x 7. Their FLOPs do not set their time apart from a
+3 x 3 one's: each output takes 49 products of a tap where a 3 x 3 takes 9, for the same reads and
+writes. On a 2-core AVX-512 EPYC (2026-12-08), 384 channels over 14 x 14 by 7 x 7 (7.4 MFLOPs, a
+ConvNeXt-T stage's) took 0.11 ms, and 32 channels over 112 x 112 by 3 x 3 (7.2 MFLOPs) 0.20 to
+0.92 ms in three calibrations; priced on one curve with the 3 x 3 ones until then, ConvNeXt-T's
+were priced at 2 to 3 times their time (by stage), its forward 13% to 22% over in 3 rounds."""
 
 
 POINTWISE_SIZES = (1, 7, 14, 28, 56, 112)
@@ -123,13 +131,15 @@ def _depthwise(device: torch.device, dtype: torch.dtype, shape: tuple[int, int, 
 
 
 def convolution_curves(cold: CallTimer, produced: CallTimer, dtype: torch.dtype, budget: Budget, host_s: float) -> dict[str, tuple[tuple[float, float], ...]]:
-    """The dense and the depthwise curve of ``dtype``, sharing ``budget``: the dense ones timed
-    ``cold`` (their weights from memory, as a model's), the depthwise ones ``produced`` (a filter
-    per channel is a few hundred weights: the input, which the op before it just wrote, is what it
-    reads; flushed, 96 channels of 56 x 56 by 7 x 7 took 0.52 ms, against 0.33 after the op before)."""
+    """The dense curve of ``dtype`` and the depthwise ones, 3 x 3 and 7 x 7, sharing ``budget``:
+    the dense ones timed ``cold`` (their weights from memory, as a model's), the depthwise ones
+    ``produced`` (a filter per channel is a few hundred weights: the input, which the op before it
+    just wrote, is what it reads; flushed, 96 channels of 56 x 56 by 7 x 7 took 0.52 ms, against
+    0.33 after the op before)."""
     dense = measured_curve(cold, Budget(budget.left() / 2), DENSE, lambda shape: _dense(cold.device, dtype, shape), host_s)
-    depthwise = measured_curve(produced, budget, DEPTHWISE, lambda shape: _depthwise(produced.device, dtype, shape), host_s)
-    return {"convolution": dense, "depthwise_convolution": depthwise}
+    depthwise = measured_curve(produced, Budget(budget.left() / 2), DEPTHWISE, lambda shape: _depthwise(produced.device, dtype, shape), host_s)
+    wide = measured_curve(produced, budget, WIDE_DEPTHWISE, lambda shape: _depthwise(produced.device, dtype, shape), host_s)
+    return {"convolution": dense, "depthwise_convolution": depthwise, "wide_depthwise_convolution": wide}
 
 
 def _image_grid(timer: CallTimer, dtype: torch.dtype, budget: Budget, sizes: Sequence[int], channels: Sequence[int], kernel: int, expansion: int,
