@@ -75,10 +75,18 @@ training step -11% to -0%, prefill +9% to +17%, the decode step -23% to -4%, ``g
 work -34% to +6%, and 22 models outside the zoo -19% to +17% (noise floor 18%); the decode step of
 tiny decoders of 14 families (``tools/decode_accuracy.py``) -27% to -9% in its latest run of 5
 rounds, -26% to +4% in the one before (rounds spreading from -43% to +59%) and -34% to +39% in the
-one before that)."""
+one before that; and two runs of 3 rounds on 2026-12-08 on a third machine, a 2-core AVX-512 BF16
+EPYC: the same predictions as the run before, noise floor 5%: the forward -4% to +20%, the training
+step -20% to -2%, prefill +1% to +14%, the decode step -21% to -7%, ``generate``'s own work -45% to
+-17%, and 22 models outside the zoo -24% to +3% (noise floor 2%); then with 7 x 7 depthwise
+convolutions on a curve of their own and narrowing weights no slower than the square one, noise
+floor 4%: the forward -7% to +14%, the training step -16% to +12%, prefill -15% to +12%, the
+decode step -6% to +2%, ``generate``'s own work -45% to -17%, and 22 models outside the zoo -25% to
++6% (noise floor 15%))."""
 
 SOURCE = {"cpu": "tools/time_accuracy.py, 9 models, 3 rounds on each of a 2-core AVX2 (2026-11-27) and a 2-core AVX-512 CPU (2026-11-28), "
-                 "the forward of 22 models outside them (2026-11-29, 2026-12-06, 2026-12-07), 9 models again in twenty runs (2026-12-06, 2026-12-07), "
+                 "the forward of 22 models outside them (2026-11-29, 2026-12-06, 2026-12-07, 2026-12-08), 9 models again in twenty-two runs (2026-12-06 to 2026-12-08, "
+                 "the last two on a 2-core AVX-512 BF16 CPU), "
                  "and the decode steps of 14 tiny decoders (2026-12-07): docs/benchmarks.md",
           "gpu": "tools/plan_accuracy.py, Megatron-LM's 9 published H100 runs of 1.7B to 462B parameters on 48 to 6144 GPUs, 2026-11-28: docs/plan.md"}
 
